@@ -1,0 +1,106 @@
+// tessel::rt: checked runtime calls (memory, copies, streams, events, synchronisation) in one place,
+// for both backends. Higher layers (allocator, tensors, ops) call these, never the runtime directly.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "api.hpp"
+
+namespace tessel::rt {
+
+// Device memory straight from the runtime (the caching allocator sits above this). Throws
+// OutOfMemoryError with the device's free and total memory when the runtime has none to give.
+inline void* malloc_device(std::size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = api::cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)api::cudaGetLastError();
+        std::size_t free_b = 0, total_b = 0;
+        (void)api::cudaMemGetInfo(&free_b, &total_b);
+        int dev = 0;
+        (void)api::cudaGetDevice(&dev);
+        fail<OutOfMemoryError>("out of memory: tried to allocate ", bytes, " bytes on device ", dev, " (", free_b,
+                               " bytes free of ", total_b, " total). Free tensors you no longer need or use smaller sizes.");
+    }
+    check(e, "cudaMalloc");
+    return p;
+}
+inline void free_device(void* p) { TESSEL_CUDA_CHECK(api::cudaFree(p)); }
+
+inline void* malloc_pinned(std::size_t bytes) {
+    void* p = nullptr;
+    TESSEL_CUDA_CHECK(api::cudaMallocHost(&p, bytes));
+    return p;
+}
+inline void free_pinned(void* p) { TESSEL_CUDA_CHECK(api::cudaFreeHost(p)); }
+
+// Copies `bytes` between any two memory spaces (the runtime infers the direction), ordered on `stream`.
+inline void memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
+    TESSEL_CUDA_CHECK(api::cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+// Copies and waits for the copy (and everything before it on the default stream).
+inline void memcpy(void* dst, const void* src, std::size_t bytes) {
+    TESSEL_CUDA_CHECK(api::cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+inline void memset_async(void* dst, int byte, std::size_t bytes, stream_t stream) {
+    TESSEL_CUDA_CHECK(api::cudaMemsetAsync(dst, byte, bytes, stream));
+}
+
+// Free and total memory of the current device, as the runtime reports them.
+struct MemoryInfo {
+    std::size_t free_bytes = 0, total_bytes = 0;
+};
+inline MemoryInfo memory_info() {
+    MemoryInfo m;
+    TESSEL_CUDA_CHECK(api::cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+    return m;
+}
+
+inline stream_t stream_create(bool non_blocking = false, int priority = 0) {
+    stream_t s = nullptr;
+    TESSEL_CUDA_CHECK(api::cudaStreamCreateWithPriority(&s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
+    return s;
+}
+inline void stream_destroy(stream_t s) { TESSEL_CUDA_CHECK(api::cudaStreamDestroy(s)); }
+inline void stream_synchronize(stream_t s) { TESSEL_CUDA_CHECK(api::cudaStreamSynchronize(s)); }
+// True when all work queued on `s` has finished; throws if that work failed.
+inline bool stream_query(stream_t s) {
+    const cudaError_t e = api::cudaStreamQuery(s);
+    if (e == cudaErrorNotReady) return false;
+    check(e, "cudaStreamQuery");
+    return true;
+}
+inline void stream_wait_event(stream_t s, event_t e) { TESSEL_CUDA_CHECK(api::cudaStreamWaitEvent(s, e, 0)); }
+
+inline event_t event_create(bool timing = true) {
+    event_t e = nullptr;
+    TESSEL_CUDA_CHECK(api::cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    return e;
+}
+inline void event_destroy(event_t e) { TESSEL_CUDA_CHECK(api::cudaEventDestroy(e)); }
+inline void event_record(event_t e, stream_t s) { TESSEL_CUDA_CHECK(api::cudaEventRecord(e, s)); }
+inline void event_synchronize(event_t e) { TESSEL_CUDA_CHECK(api::cudaEventSynchronize(e)); }
+inline bool event_query(event_t e) {
+    const cudaError_t r = api::cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    check(r, "cudaEventQuery");
+    return true;
+}
+// Milliseconds between two completed events.
+inline float event_elapsed_ms(event_t start, event_t end) {
+    float ms = 0;
+    TESSEL_CUDA_CHECK(api::cudaEventElapsedTime(&ms, start, end));
+    return ms;
+}
+
+inline void device_synchronize() { TESSEL_CUDA_CHECK(api::cudaDeviceSynchronize()); }
+
+// Lets `kernel` use up to `bytes` of dynamic shared memory (needed above 48 KiB).
+template <class... P>
+void set_max_dynamic_smem(void (*kernel)(P...), int bytes) {
+    TESSEL_CUDA_CHECK(api::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+}  // namespace tessel::rt

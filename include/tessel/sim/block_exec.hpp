@@ -1,0 +1,404 @@
+// Runs one block of a simulated launch. Two executors share the rules in sync.hpp:
+//  - FiberExecutor (default): the block's threads run on one worker thread. They start as a plain
+//    loop on a single fiber; the first thread that reaches a barrier or warp collective promotes the
+//    block, and every thread not yet finished then gets a fiber of its own that switches only at
+//    synchronisation points. A block that never synchronises costs one fiber switch in all.
+//  - ThreadExecutor (TESSEL_SIM_OS_THREADS, the sim-tsan build): the block's threads are OS threads
+//    with real blocking barriers, so ThreadSanitizer sees shared-memory races between CUDA threads.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "config.hpp"
+#include "fiber.hpp"
+#include "sync.hpp"
+
+namespace tessel::sim {
+
+// One kernel launch as the executors see it: the configuration and a type-erased call.
+struct LaunchSpec {
+    dim3 grid, block;
+    std::size_t dynamic_smem = 0;
+    std::string kernel_name;
+    std::string launch_site;
+    void (*invoke)(const void* args) = nullptr;  // calls the kernel with a copy of the arguments
+    const void* args = nullptr;
+};
+
+class BlockExecutor;
+
+// What the built-in variables and intrinsics of the running CUDA thread read.
+struct BlockContext {
+    uint3 block_idx{};
+    dim3 block_dim, grid_dim;
+    unsigned char* dynamic_smem = nullptr;
+    BlockExecutor* exec = nullptr;
+};
+
+namespace detail {
+inline thread_local SimThread* tl_thread = nullptr;
+inline thread_local BlockContext* tl_block = nullptr;
+
+// Thrown into the OS threads of a block that another thread faulted, to unwind them quietly.
+struct BlockAborted {};
+
+inline std::vector<unsigned> thread_order(unsigned n, std::uint64_t seed) {
+    std::vector<unsigned> order(n);
+    for (unsigned i = 0; i < n; ++i) order[i] = i;
+    if (seed) {
+        std::mt19937_64 rng(seed);
+        std::shuffle(order.begin(), order.end(), rng);
+    }
+    return order;
+}
+
+inline std::uint64_t block_seed(uint3 b) {
+    if (!config().shuffle_seed) return 0;
+    std::uint64_t s = *config().shuffle_seed * 0x9E3779B97F4A7C15ull;
+    s ^= (std::uint64_t(b.x) << 1) ^ (std::uint64_t(b.y) << 22) ^ (std::uint64_t(b.z) << 43);
+    return s | 1;  // never 0: 0 means "no shuffling"
+}
+
+// Threads of a block in x-fastest order, as CUDA numbers them (tid = x + y*Dx + z*Dx*Dy).
+inline void init_threads(std::vector<SimThread>& t, dim3 bd) {
+    const unsigned n = bd.x * bd.y * bd.z;
+    t.assign(n, SimThread{});
+    for (unsigned i = 0; i < n; ++i) {
+        t[i].tid = i;
+        t[i].idx = uint3{i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y)};
+        t[i].lane = i % 32;
+        t[i].warp = i / 32;
+    }
+}
+
+// Dynamic shared memory of one block, sized exactly (so ASan sees overruns) and poisoned with 0xFF
+// bytes (NaN as float, -1 as int) so a read of something never written shows.
+struct DynamicSmem {
+    unsigned char* p = nullptr;
+    explicit DynamicSmem(std::size_t n) {
+        if (n) {
+            p = static_cast<unsigned char*>(std::aligned_alloc(128, (n + 127) / 128 * 128));
+            if (!p) throw std::bad_alloc();
+            std::memset(p, 0xFF, n);
+        }
+    }
+    ~DynamicSmem() { std::free(p); }
+    DynamicSmem(const DynamicSmem&) = delete;
+    DynamicSmem& operator=(const DynamicSmem&) = delete;
+};
+}  // namespace detail
+
+// Runs blocks; `synchronize` is what every barrier and warp collective calls.
+class BlockExecutor {
+public:
+    virtual ~BlockExecutor() = default;
+    virtual void run_block(const LaunchSpec& launch, uint3 block_idx) = 0;
+    // The calling CUDA thread (its pending-sync fields filled in) waits for its group; returns its result.
+    virtual std::uint64_t synchronize(SimThread& self) = 0;
+};
+
+// The default executor: fibers on the calling worker thread (see the top of this file).
+class FiberExecutor final : public BlockExecutor {
+public:
+    FiberExecutor() : stacks_(config().fiber_stack_bytes) {}
+
+    void run_block(const LaunchSpec& launch, uint3 block_idx) override {
+        launch_ = &launch;
+        detail::init_threads(threads_, launch.block);
+        const unsigned n = unsigned(threads_.size());
+        sync_.reset(threads_, launch.kernel_name, block_idx);
+        order_ = detail::thread_order(n, detail::block_seed(block_idx));
+        seed_ = detail::block_seed(block_idx);
+        if (seed_) rng_.seed(seed_ + 1);
+        plain_ = true;
+        plain_pos_ = 0;
+        fault_ = nullptr;
+        ready_.clear();
+        detail::DynamicSmem smem(launch.dynamic_smem);
+        BlockContext bc{block_idx, launch.block, launch.grid, smem.p, this};
+        BlockContext* const saved_block = detail::tl_block;
+        detail::tl_block = &bc;
+
+        // The plain loop, on one fiber so the first synchronising thread can be suspended.
+        FiberStack s = stacks_.acquire();
+        SimThread* first = &threads_[order_[0]];
+        first->stack = s;
+        first->fctx = boost::context::detail::make_fcontext(s.top(), s.size, &FiberExecutor::plain_entry);
+        resume(*first);
+        while (!fault_) {
+            if (ready_.empty()) {
+                if (sync_.exited() == n) break;
+                try {
+                    sync_.deadlock();
+                } catch (...) {
+                    fault_ = std::current_exception();
+                }
+                break;
+            }
+            SimThread& t = threads_[ready_.front()];
+            ready_.pop_front();
+            if (t.state == ThreadState::not_started) {
+                t.stack = stacks_.acquire();
+                t.fctx = boost::context::detail::make_fcontext(t.stack.top(), t.stack.size, &FiberExecutor::thread_entry);
+            }
+            resume(t);
+        }
+        // Fibers left suspended by a fault are abandoned; their stacks go back to the pool.
+        for (auto& t : threads_)
+            if (t.stack.base && t.state != ThreadState::exited) stacks_.release(t.stack), t.stack = {};
+        detail::tl_block = saved_block;
+        detail::tl_thread = nullptr;
+        if (fault_) std::rethrow_exception(fault_);
+    }
+
+    std::uint64_t synchronize(SimThread& self) override {
+        if (plain_) promote();
+        released_.clear();
+        sync_.arrive(self, released_);  // throws KernelFault on a detected error
+        enqueue_released();
+        yield(self);
+        return self.result;
+    }
+
+private:
+    // The first synchronising thread ends the plain loop: every thread not yet started will run on
+    // a fiber of its own, in the (possibly shuffled) order the loop would have used.
+    void promote() {
+        plain_ = false;
+        for (unsigned i = plain_pos_; i < order_.size(); ++i) ready_.push_back(order_[i]);
+    }
+
+    void enqueue_released() {
+        if (seed_) std::shuffle(released_.begin(), released_.end(), rng_);
+        for (unsigned i : released_) ready_.push_back(i);
+    }
+
+    void run_thread(SimThread& t) {
+        t.state = ThreadState::running;
+        detail::tl_thread = &t;
+        try {
+            launch_->invoke(launch_->args);
+            sync_.exit(t);
+        } catch (...) {
+            if (!fault_) fault_ = std::current_exception();
+            t.state = ThreadState::exited;
+        }
+    }
+
+    static void plain_entry(boost::context::detail::transfer_t from) {
+        FiberExecutor* self = tl_exec();
+        self->worker_ctx_ = from.fctx;
+        self->asan_.arrived(nullptr);
+        SimThread* last = nullptr;
+        while (self->plain_ && !self->fault_ && self->plain_pos_ < self->order_.size()) {
+            SimThread& t = self->threads_[self->order_[self->plain_pos_++]];
+            t.stack = self->threads_[self->order_[0]].stack;
+            last = &t;
+            self->run_thread(t);
+        }
+        self->finish(last);
+    }
+
+    static void thread_entry(boost::context::detail::transfer_t from) {
+        FiberExecutor* self = tl_exec();
+        self->worker_ctx_ = from.fctx;
+        auto* t = static_cast<SimThread*>(from.data);
+        self->asan_.arrived(nullptr);
+        self->run_thread(*t);
+        self->finish(t);
+    }
+
+    // Ends the running fiber: hands its stack back and never returns.
+    [[noreturn]] void finish(SimThread* t) {
+        finished_ = t;
+        asan_.leaving(nullptr);
+        boost::context::detail::jump_fcontext(worker_ctx_, nullptr);
+        std::abort();  // unreachable: a finished fiber is never resumed
+    }
+
+    void yield(SimThread& self) {
+        asan_.leaving(&self.asan_fake);
+        auto from = boost::context::detail::jump_fcontext(worker_ctx_, &self);
+        worker_ctx_ = from.fctx;
+        asan_.arrived(self.asan_fake);
+        detail::tl_thread = &self;
+        self.state = ThreadState::running;
+    }
+
+    void resume(SimThread& t) {
+        finished_ = nullptr;
+        tl_exec() = this;
+        asan_.entering(t.stack);
+        auto back = boost::context::detail::jump_fcontext(t.fctx, &t);
+        asan_.returned();
+        if (finished_) {
+            stacks_.release(finished_->stack);
+            for (auto& o : threads_)  // threads of the plain loop shared that stack
+                if (o.stack.base == finished_->stack.base) o.stack = {};
+        } else {
+            static_cast<SimThread*>(back.data)->fctx = back.fctx;
+        }
+    }
+
+    static FiberExecutor*& tl_exec() {
+        static thread_local FiberExecutor* e = nullptr;
+        return e;
+    }
+
+    StackPool stacks_;
+    SwitchAnnotations asan_;
+    std::vector<SimThread> threads_;
+    BlockSync sync_;
+    std::vector<unsigned> order_, released_;
+    std::deque<unsigned> ready_;
+    const LaunchSpec* launch_ = nullptr;
+    boost::context::detail::fcontext_t worker_ctx_ = nullptr;
+    SimThread* finished_ = nullptr;
+    std::exception_ptr fault_;
+    std::mt19937_64 rng_;
+    std::uint64_t seed_ = 0;
+    bool plain_ = true;
+    unsigned plain_pos_ = 0;
+};
+
+// The sim-tsan executor: each CUDA thread of the block is an OS thread of a reusable team.
+class ThreadExecutor final : public BlockExecutor {
+public:
+    ~ThreadExecutor() override {
+        {
+            std::lock_guard lk(m_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        for (auto& th : team_) th.join();
+    }
+
+    void run_block(const LaunchSpec& launch, uint3 block_idx) override {
+        std::unique_lock lk(m_);
+        launch_ = &launch;
+        detail::init_threads(threads_, launch.block);
+        const unsigned n = unsigned(threads_.size());
+        sync_.reset(threads_, launch.kernel_name, block_idx);
+        smem_ = std::make_unique<detail::DynamicSmem>(launch.dynamic_smem);
+        block_ = BlockContext{block_idx, launch.block, launch.grid, smem_->p, this};
+        fault_ = nullptr;
+        active_ = n;
+        done_ = 0;
+        while (team_.size() < n) team_.emplace_back([this, i = unsigned(team_.size())] { member(i); });
+        ++generation_;
+        cv_.notify_all();
+        done_cv_.wait(lk, [&] { return done_ == n; });
+        smem_.reset();
+        if (fault_) std::rethrow_exception(fault_);
+    }
+
+    std::uint64_t synchronize(SimThread& self) override {
+        std::unique_lock lk(m_);
+        if (fault_) throw detail::BlockAborted{};
+        released_.clear();
+        try {
+            sync_.arrive(self, released_);
+        } catch (...) {
+            abort_block(std::current_exception());
+            throw detail::BlockAborted{};
+        }
+        --active_;
+        active_ += unsigned(released_.size());
+        if (!released_.empty()) cv_.notify_all();
+        check_progress();
+        cv_.wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
+        if (fault_) throw detail::BlockAborted{};
+        self.state = ThreadState::running;
+        return self.result;
+    }
+
+private:
+    void member(unsigned i) {
+        std::uint64_t seen = 0;
+        std::unique_lock lk(m_);
+        for (;;) {
+            cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+            if (stop_) return;
+            seen = generation_;
+            if (i >= threads_.size()) continue;
+            SimThread& t = threads_[i];
+            t.state = ThreadState::running;
+            detail::tl_thread = &t;
+            detail::tl_block = &block_;
+            lk.unlock();
+            std::exception_ptr err;
+            bool aborted = false;
+            try {
+                launch_->invoke(launch_->args);
+            } catch (detail::BlockAborted&) {
+                aborted = true;
+            } catch (...) {
+                err = std::current_exception();
+            }
+            lk.lock();
+            if (err) abort_block(err);
+            if (!aborted && !err && !fault_) {
+                --active_;
+                try {
+                    sync_.exit(t);
+                } catch (...) {
+                    abort_block(std::current_exception());
+                }
+                check_progress();
+            }
+            t.state = ThreadState::exited;
+            if (++done_ == threads_.size()) done_cv_.notify_all();
+        }
+    }
+
+    // Called with the lock held: if no thread can move, the block is deadlocked.
+    void check_progress() {
+        if (fault_ || active_ > 0 || sync_.exited() == sync_.size()) return;
+        try {
+            sync_.deadlock();
+        } catch (...) {
+            abort_block(std::current_exception());
+        }
+    }
+
+    void abort_block(std::exception_ptr e) {
+        if (!fault_) fault_ = e;
+        cv_.notify_all();
+    }
+
+    std::mutex m_;
+    std::condition_variable cv_, done_cv_;
+    std::vector<std::thread> team_;
+    std::vector<SimThread> threads_;
+    std::vector<unsigned> released_;
+    BlockSync sync_;
+    BlockContext block_{};
+    std::unique_ptr<detail::DynamicSmem> smem_;
+    const LaunchSpec* launch_ = nullptr;
+    std::exception_ptr fault_;
+    std::uint64_t generation_ = 0;
+    unsigned active_ = 0, done_ = 0;
+    bool stop_ = false;
+};
+
+// The executor of the calling worker thread, made on first use.
+inline BlockExecutor& this_worker_executor() {
+#if defined(TESSEL_SIM_OS_THREADS)
+    static thread_local ThreadExecutor e;
+#else
+    static thread_local FiberExecutor e;
+#endif
+    return e;
+}
+
+}  // namespace tessel::sim

@@ -1,0 +1,642 @@
+// The simulated CUDA runtime: the subset of the CUDA runtime API that tessel::rt calls, with the
+// same names, signatures and error codes, in namespace tessel::sim::api. Device memory is host
+// memory counted against a configurable capacity; streams run asynchronously; kernels run through
+// the block executors.
+#pragma once
+
+#include "qualifiers.hpp"
+#include <cuda_runtime_api.h>  // declarations and types only: the sim never links the CUDA runtime
+#include <dlfcn.h>
+#include <cxxabi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config.hpp"
+#include "grid.hpp"
+#include "stream.hpp"
+
+namespace tessel::sim {
+
+// A live allocation of simulated device memory or pinned host memory.
+struct Allocation {
+    std::size_t size = 0;
+    int device = -1;  // -1: pinned host memory
+};
+
+// One simulated device: its properties, the memory in use, its default stream and its streams.
+struct SimDevice {
+    cudaDeviceProp prop{};
+    std::size_t capacity = 0, used = 0;
+    std::shared_ptr<CUstream_st> null_stream;
+    std::vector<CUstream_st*> blocking_streams;  // synchronise with the legacy default stream
+};
+
+inline std::string hex_ptr(const void* p) {
+    std::ostringstream os;
+    os << p;
+    return os.str();
+}
+
+// Readable name of a kernel from its address (needs -rdynamic, which tessel::sim adds).
+inline std::string kernel_name(const void* fn) {
+    Dl_info info{};
+    if (dladdr(fn, &info) && info.dli_sname) {
+        int status = 0;
+        char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+        std::string s = status == 0 && d ? d : info.dli_sname;
+        std::free(d);
+        return s;
+    }
+    return "kernel@" + hex_ptr(fn);
+}
+
+// All state of the simulated runtime. Never destroyed: work still queued at exit stays valid.
+class Runtime {
+public:
+    static Runtime& get() {
+        static Runtime* r = new Runtime();
+        return *r;
+    }
+
+    std::mutex m;
+    std::vector<SimDevice> devices;
+    std::map<std::uintptr_t, Allocation> allocations;  // by start address
+    std::unordered_map<const CUstream_st*, std::shared_ptr<CUstream_st>> streams;
+    std::unordered_map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
+
+    // The allocation containing [p, p+n), or nullptr. Caller holds m.
+    const Allocation* find(const void* p, std::size_t n) const {
+        const auto a = reinterpret_cast<std::uintptr_t>(p);
+        auto it = allocations.upper_bound(a);
+        if (it == allocations.begin()) return nullptr;
+        --it;
+        if (a + n > it->first + it->second.size || (n == 0 && a >= it->first + it->second.size)) return nullptr;
+        return &it->second;
+    }
+
+private:
+    Runtime() {
+        const Config& c = config();
+        devices.resize(std::size_t(c.devices));
+        for (int i = 0; i < c.devices; ++i) {
+            SimDevice& d = devices[std::size_t(i)];
+            d.capacity = c.memory_bytes;
+            fill_properties(d.prop, i, c);
+            d.null_stream = std::make_shared<CUstream_st>(i, cudaStreamDefault, 0, true);
+        }
+    }
+
+    static void fill_properties(cudaDeviceProp& p, int index, const Config& c) {
+        std::snprintf(p.name, sizeof p.name, "tessel sim device %d (CPU, %d workers)", index, c.workers);
+        p.totalGlobalMem = c.memory_bytes;
+        p.sharedMemPerBlock = 48 * 1024;
+        p.sharedMemPerBlockOptin = 227 * 1024;
+        p.sharedMemPerMultiprocessor = 228 * 1024;
+        p.reservedSharedMemPerBlock = 1024;
+        p.regsPerBlock = 65536;
+        p.regsPerMultiprocessor = 65536;
+        p.warpSize = 32;
+        p.maxThreadsPerBlock = 1024;
+        p.maxThreadsDim[0] = 1024;
+        p.maxThreadsDim[1] = 1024;
+        p.maxThreadsDim[2] = 64;
+        p.maxGridSize[0] = 0x7fffffff;
+        p.maxGridSize[1] = 65535;
+        p.maxGridSize[2] = 65535;
+        p.totalConstMem = 64 * 1024;
+        p.major = 9;
+        p.minor = 0;
+        p.multiProcessorCount = c.workers;
+        p.maxThreadsPerMultiProcessor = 2048;
+        p.maxBlocksPerMultiProcessor = 32;
+        const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+        p.l2CacheSize = l2 > 0 ? int(l2) : 1 << 20;
+        p.memoryBusWidth = 64;  // nominal: one DDR channel
+        p.concurrentKernels = 1;
+        p.asyncEngineCount = 1;
+        p.unifiedAddressing = 1;
+        p.managedMemory = 1;
+        p.streamPrioritiesSupported = 1;
+        p.canMapHostMemory = 1;
+        p.pciBusID = index;
+        p.integrated = 1;
+    }
+};
+
+}  // namespace tessel::sim
+
+namespace tessel::sim::api {
+
+namespace detail {
+inline thread_local int current_device = 0;
+inline thread_local cudaError_t last_error = cudaSuccess;
+inline thread_local std::string last_detail;
+
+inline cudaError_t fail(cudaError_t e, std::string detail) {
+    last_error = e;
+    last_detail = std::move(detail);
+    return e;
+}
+inline cudaError_t ok() {
+    last_detail.clear();
+    return cudaSuccess;
+}
+inline Runtime& rt() { return Runtime::get(); }
+
+// The stream a handle names: nullptr / cudaStreamLegacy / cudaStreamPerThread mean the current
+// device's default stream (the sim treats per-thread default streams as the legacy one).
+inline CUstream_st* resolve(cudaStream_t s) {
+    const auto v = reinterpret_cast<std::uintptr_t>(s);
+    if (v == 0 || v == 1 || v == 2) return rt().devices[std::size_t(current_device)].null_stream.get();
+    return s;
+}
+
+inline bool valid_stream(cudaStream_t s) {
+    const auto v = reinterpret_cast<std::uintptr_t>(s);
+    if (v <= 2) return true;
+    std::lock_guard lk(rt().m);
+    return rt().streams.count(s) != 0;
+}
+
+// Queues work on a stream with the legacy default stream's implicit ordering: work on the default
+// stream waits for every blocking stream of its device, and work on a blocking stream waits for it.
+inline std::uint64_t enqueue(CUstream_st* s, std::function<void()> task) {
+    std::vector<std::pair<CUstream_st*, std::uint64_t>> waits;
+    {
+        std::lock_guard lk(rt().m);
+        SimDevice& d = rt().devices[std::size_t(s->device)];
+        if (s->is_null) {
+            for (CUstream_st* b : d.blocking_streams) waits.emplace_back(b, b->tail());
+        } else if (s->flags == cudaStreamDefault) {
+            waits.emplace_back(d.null_stream.get(), d.null_stream->tail());
+        }
+    }
+    std::erase_if(waits, [](auto& w) { return w.first->reached(w.second); });
+    if (!waits.empty())
+        s->push([waits] {
+            for (auto& [stream, seq] : waits) stream->wait_for(seq);
+        });
+    return s->push(std::move(task));
+}
+
+inline cudaError_t report(CUstream_st* s) {
+    std::string detail;
+    cudaError_t e = s->take_error(detail);
+    if (e != cudaSuccess) return fail(e, std::move(detail));
+    return ok();
+}
+
+inline cudaError_t check_device_range(const void* p, std::size_t n, const char* what) {
+    std::lock_guard lk(rt().m);
+    const Allocation* a = rt().find(p, n);
+    if (!a || a->device < 0)
+        return fail(cudaErrorInvalidValue, std::string(what) + " " + hex_ptr(p) + " (+" + std::to_string(n) +
+                                               " bytes) is not inside a live device allocation");
+    return cudaSuccess;
+}
+
+inline bool is_device_pointer(const void* p) {
+    std::lock_guard lk(rt().m);
+    const Allocation* a = rt().find(p, 1);
+    return a && a->device >= 0;
+}
+}  // namespace detail
+
+// ---- errors -------------------------------------------------------------------------------------
+inline const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
+        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+        case cudaErrorNotSupported: return "cudaErrorNotSupported";
+        default: return "cudaErrorUnknown";
+    }
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotReady: return "device not ready";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDeviceFunction: return "invalid device function";
+        case cudaErrorNotSupported: return "operation not supported";
+        default: return "unknown error";
+    }
+}
+inline cudaError_t cudaGetLastError() {
+    cudaError_t e = detail::last_error;
+    detail::last_error = cudaSuccess;
+    return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return detail::last_error; }
+// The sim's explanation of the last error it returned on this thread (empty when it has none).
+inline const std::string& last_error_detail() { return detail::last_detail; }
+
+// ---- devices ------------------------------------------------------------------------------------
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = int(detail::rt().devices.size());
+    return detail::ok();
+}
+inline cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= int(detail::rt().devices.size()))
+        return detail::fail(cudaErrorInvalidDevice, "device " + std::to_string(d) + " does not exist; the sim has " +
+                                                        std::to_string(detail::rt().devices.size()) +
+                                                        " device(s) (set TESSEL_SIM_DEVICES for more)");
+    detail::current_device = d;
+    return detail::ok();
+}
+inline cudaError_t cudaGetDevice(int* d) {
+    *d = detail::current_device;
+    return detail::ok();
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (d < 0 || d >= int(detail::rt().devices.size())) return detail::fail(cudaErrorInvalidDevice, "no such device");
+    *p = detail::rt().devices[std::size_t(d)].prop;
+    return detail::ok();
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
+    if (d < 0 || d >= int(detail::rt().devices.size())) return detail::fail(cudaErrorInvalidDevice, "no such device");
+    const cudaDeviceProp& p = detail::rt().devices[std::size_t(d)].prop;
+    switch (attr) {
+        case cudaDevAttrClockRate: *v = 2000000; return detail::ok();        // kHz, nominal
+        case cudaDevAttrMemoryClockRate: *v = 3200000; return detail::ok();  // kHz, nominal
+        case cudaDevAttrGlobalMemoryBusWidth: *v = p.memoryBusWidth; return detail::ok();
+        case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; return detail::ok();
+        case cudaDevAttrComputeCapabilityMajor: *v = p.major; return detail::ok();
+        case cudaDevAttrComputeCapabilityMinor: *v = p.minor; return detail::ok();
+        case cudaDevAttrL2CacheSize: *v = p.l2CacheSize; return detail::ok();
+        case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; return detail::ok();
+        case cudaDevAttrMaxSharedMemoryPerBlock: *v = int(p.sharedMemPerBlock); return detail::ok();
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = int(p.sharedMemPerBlockOptin); return detail::ok();
+        case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = int(p.sharedMemPerMultiprocessor); return detail::ok();
+        case cudaDevAttrWarpSize: *v = 32; return detail::ok();
+        default: return detail::fail(cudaErrorInvalidValue, "the sim does not model device attribute " + std::to_string(int(attr)));
+    }
+}
+inline cudaError_t cudaRuntimeGetVersion(int* v) {
+    *v = CUDART_VERSION;
+    return detail::ok();
+}
+inline cudaError_t cudaDriverGetVersion(int* v) {
+    *v = CUDART_VERSION;
+    return detail::ok();
+}
+inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+    std::lock_guard lk(detail::rt().m);
+    const SimDevice& d = detail::rt().devices[std::size_t(detail::current_device)];
+    *total = d.capacity;
+    *free_bytes = d.capacity - d.used;
+    return detail::ok();
+}
+inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+    *least = 0;
+    *greatest = -5;
+    return detail::ok();
+}
+inline cudaError_t cudaDeviceSynchronize() {
+    const int dev = detail::current_device;
+    std::vector<std::shared_ptr<CUstream_st>> all;
+    {
+        std::lock_guard lk(detail::rt().m);
+        all.push_back(detail::rt().devices[std::size_t(dev)].null_stream);
+        for (auto& [k, s] : detail::rt().streams)
+            if (s->device == dev) all.push_back(s);
+    }
+    for (auto& s : all) s->wait_for(s->tail());
+    for (auto& s : all)
+        if (cudaError_t e = detail::report(s.get()); e != cudaSuccess) return e;
+    return detail::ok();
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+inline cudaError_t cudaMalloc(void** p, std::size_t n) {
+    *p = nullptr;
+    if (n == 0) return detail::ok();
+    Runtime& r = detail::rt();
+    std::unique_lock lk(r.m);
+    SimDevice& d = r.devices[std::size_t(detail::current_device)];
+    if (n > d.capacity - d.used)
+        return detail::fail(cudaErrorMemoryAllocation,
+                            "sim device " + std::to_string(detail::current_device) + ": cannot allocate " +
+                                std::to_string(n) + " bytes; " + std::to_string(d.used) + " of " +
+                                std::to_string(d.capacity) + " bytes in use (capacity: TESSEL_SIM_MEMORY)");
+    void* mem = nullptr;
+    if (::posix_memalign(&mem, 256, n) != 0)
+        return detail::fail(cudaErrorMemoryAllocation, "host memory behind the sim device is exhausted");
+    d.used += n;
+    r.allocations[reinterpret_cast<std::uintptr_t>(mem)] = Allocation{n, detail::current_device};
+    lk.unlock();
+    // Fresh device memory holds garbage on a GPU; the sim makes it 0xFF bytes (NaN as float).
+    if (n <= (std::size_t(256) << 20)) std::memset(mem, 0xFF, n);
+    *p = mem;
+    return detail::ok();
+}
+inline cudaError_t cudaFree(void* p) {
+    if (!p) return detail::ok();
+    // cudaFree synchronises the device, so no queued kernel still uses the memory.
+    {
+        std::lock_guard lk(detail::rt().m);
+        auto it = detail::rt().allocations.find(reinterpret_cast<std::uintptr_t>(p));
+        if (it == detail::rt().allocations.end() || it->second.device < 0)
+            return detail::fail(cudaErrorInvalidValue, "cudaFree(" + hex_ptr(p) + "): not the start of a live device allocation");
+    }
+    const int saved = detail::current_device;
+    int dev = 0;
+    {
+        std::lock_guard lk(detail::rt().m);
+        dev = detail::rt().allocations[reinterpret_cast<std::uintptr_t>(p)].device;
+    }
+    detail::current_device = dev;
+    cudaError_t pending = ::tessel::sim::api::cudaDeviceSynchronize();
+    detail::current_device = saved;
+    {
+        std::lock_guard lk(detail::rt().m);
+        auto it = detail::rt().allocations.find(reinterpret_cast<std::uintptr_t>(p));
+        if (it == detail::rt().allocations.end())
+            return detail::fail(cudaErrorInvalidValue, "cudaFree(" + hex_ptr(p) + "): freed twice concurrently");
+        detail::rt().devices[std::size_t(it->second.device)].used -= it->second.size;
+        detail::rt().allocations.erase(it);
+    }
+    std::free(p);
+    return pending;
+}
+inline cudaError_t cudaMallocHost(void** p, std::size_t n) {
+    *p = nullptr;
+    if (n == 0) return detail::ok();
+    void* mem = nullptr;
+    if (::posix_memalign(&mem, 4096, n) != 0) return detail::fail(cudaErrorMemoryAllocation, "pinned host allocation failed");
+    std::lock_guard lk(detail::rt().m);
+    detail::rt().allocations[reinterpret_cast<std::uintptr_t>(mem)] = Allocation{n, -1};
+    *p = mem;
+    return detail::ok();
+}
+inline cudaError_t cudaHostAlloc(void** p, std::size_t n, unsigned) { return ::tessel::sim::api::cudaMallocHost(p, n); }
+inline cudaError_t cudaFreeHost(void* p) {
+    if (!p) return detail::ok();
+    {
+        std::lock_guard lk(detail::rt().m);
+        auto it = detail::rt().allocations.find(reinterpret_cast<std::uintptr_t>(p));
+        if (it == detail::rt().allocations.end() || it->second.device >= 0)
+            return detail::fail(cudaErrorInvalidValue, "cudaFreeHost(" + hex_ptr(p) + "): not a pinned host allocation");
+        detail::rt().allocations.erase(it);
+    }
+    std::free(p);
+    return detail::ok();
+}
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+    *a = cudaPointerAttributes{};
+    std::lock_guard lk(detail::rt().m);
+    const Allocation* al = detail::rt().find(p, 1);
+    if (!al) {
+        a->type = cudaMemoryTypeUnregistered;
+        a->device = -2;
+    } else if (al->device < 0) {
+        a->type = cudaMemoryTypeHost;
+        a->hostPointer = const_cast<void*>(p);
+        a->device = 0;
+    } else {
+        a->type = cudaMemoryTypeDevice;
+        a->devicePointer = const_cast<void*>(p);
+        a->device = al->device;
+    }
+    return detail::ok();
+}
+
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t s = nullptr) {
+    if (n == 0) return detail::ok();
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) {
+        dst_dev = detail::is_device_pointer(dst);
+        src_dev = detail::is_device_pointer(src);
+    } else if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev) {
+        return detail::fail(cudaErrorInvalidValue, "invalid cudaMemcpyKind " + std::to_string(int(kind)));
+    }
+    if (dst_dev)
+        if (auto e = detail::check_device_range(dst, n, "destination"); e != cudaSuccess) return e;
+    if (src_dev)
+        if (auto e = detail::check_device_range(src, n, "source"); e != cudaSuccess) return e;
+    detail::enqueue(detail::resolve(s), [=] { std::memmove(dst, src, n); });
+    return detail::ok();
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
+    if (auto e = ::tessel::sim::api::cudaMemcpyAsync(dst, src, n, kind, nullptr); e != cudaSuccess) return e;
+    CUstream_st* s = detail::resolve(nullptr);
+    s->wait_for(s->tail());
+    return detail::report(s);
+}
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t n, cudaStream_t s = nullptr) {
+    if (n == 0) return detail::ok();
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    if (auto e = detail::check_device_range(p, n, "cudaMemset destination"); e != cudaSuccess) return e;
+    detail::enqueue(detail::resolve(s), [=] { std::memset(p, value, n); });
+    return detail::ok();
+}
+inline cudaError_t cudaMemset(void* p, int value, std::size_t n) {
+    if (auto e = ::tessel::sim::api::cudaMemsetAsync(p, value, n, nullptr); e != cudaSuccess) return e;
+    CUstream_st* s = detail::resolve(nullptr);
+    s->wait_for(s->tail());
+    return detail::report(s);
+}
+
+// ---- streams ------------------------------------------------------------------------------------
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+    if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking)
+        return detail::fail(cudaErrorInvalidValue, "stream flags " + std::to_string(flags) + " are neither cudaStreamDefault nor cudaStreamNonBlocking");
+    auto stream = std::make_shared<CUstream_st>(detail::current_device, flags, std::clamp(priority, -5, 0), false);
+    std::lock_guard lk(detail::rt().m);
+    detail::rt().streams[stream.get()] = stream;
+    if (flags == cudaStreamDefault) detail::rt().devices[std::size_t(detail::current_device)].blocking_streams.push_back(stream.get());
+    *s = stream.get();
+    return detail::ok();
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return ::tessel::sim::api::cudaStreamCreateWithPriority(s, flags, 0); }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return ::tessel::sim::api::cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::shared_ptr<CUstream_st> keep;
+    {
+        std::lock_guard lk(detail::rt().m);
+        auto it = detail::rt().streams.find(s);
+        if (it == detail::rt().streams.end())
+            return detail::fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(" + hex_ptr(s) + "): not a live stream");
+        keep = it->second;
+        detail::rt().streams.erase(it);
+        std::erase(detail::rt().devices[std::size_t(keep->device)].blocking_streams, keep.get());
+    }
+    // As in CUDA, queued work still completes; here the destroying thread waits for it.
+    keep->wait_for(keep->tail());
+    return detail::ok();
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    CUstream_st* st = detail::resolve(s);
+    st->wait_for(st->tail());
+    return detail::report(st);
+}
+inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    CUstream_st* st = detail::resolve(s);
+    if (!st->reached(st->tail())) return cudaErrorNotReady;
+    return detail::report(st);
+}
+inline cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio) {
+    *prio = detail::resolve(s)->priority;
+    return detail::ok();
+}
+
+// ---- events -------------------------------------------------------------------------------------
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    *e = new CUevent_st{};
+    (*e)->flags = flags;
+    return detail::ok();
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return ::tessel::sim::api::cudaEventCreateWithFlags(e, cudaEventDefault); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(nullptr)");
+    delete e;
+    return detail::ok();
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventRecord on a null event");
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    CUstream_st* st = detail::resolve(s);
+    std::shared_ptr<CUstream_st> owner;
+    {
+        std::lock_guard lk(detail::rt().m);
+        if (st->is_null) owner = detail::rt().devices[std::size_t(st->device)].null_stream;
+        else owner = detail::rt().streams.at(st);
+    }
+    std::lock_guard lk(e->m);
+    const std::uint64_t id = ++e->record_id;
+    e->stream = owner;
+    e->seq = detail::enqueue(st, [e, id] {
+        std::lock_guard l(e->m);
+        if (e->record_id == id) e->time = std::chrono::steady_clock::now();
+    });
+    return detail::ok();
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    std::lock_guard lk(e->m);
+    if (!e->stream || e->stream->reached(e->seq)) return detail::ok();
+    return cudaErrorNotReady;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::shared_ptr<CUstream_st> s;
+    std::uint64_t seq = 0;
+    {
+        std::lock_guard lk(e->m);
+        s = e->stream;
+        seq = e->seq;
+    }
+    if (s) s->wait_for(seq);
+    return detail::ok();
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if ((start->flags & cudaEventDisableTiming) || (end->flags & cudaEventDisableTiming))
+        return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
+    for (cudaEvent_t e : {start, end}) {
+        std::lock_guard lk(e->m);
+        if (!e->stream) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
+        if (!e->stream->reached(e->seq)) return cudaErrorNotReady;
+    }
+    std::scoped_lock lk(start->m, end->m);
+    *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+    return detail::ok();
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    std::shared_ptr<CUstream_st> src;
+    std::uint64_t seq = 0;
+    {
+        std::lock_guard lk(e->m);
+        src = e->stream;
+        seq = e->seq;
+    }
+    if (src && !src->reached(seq)) detail::enqueue(detail::resolve(s), [src, seq] { src->wait_for(seq); });
+    return detail::ok();
+}
+
+// ---- kernels ------------------------------------------------------------------------------------
+inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return detail::ok();  // others have no effect in the sim
+    const cudaDeviceProp& p = detail::rt().devices[std::size_t(detail::current_device)].prop;
+    if (value < 0 || std::size_t(value) > p.sharedMemPerBlockOptin)
+        return detail::fail(cudaErrorInvalidValue, "cudaFuncAttributeMaxDynamicSharedMemorySize " + std::to_string(value) +
+                                                       " exceeds the device's opt-in maximum of " +
+                                                       std::to_string(p.sharedMemPerBlockOptin) + " bytes");
+    std::lock_guard lk(detail::rt().m);
+    detail::rt().max_dynamic_smem[func] = value;
+    return detail::ok();
+}
+
+// Validates a launch as the CUDA runtime would and queues it on the stream. `call` owns the
+// kernel's arguments and stays alive until the grid has run.
+inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
+                                 std::shared_ptr<LaunchSpec> call) {
+    auto bad = [&](const std::string& why) { return detail::fail(cudaErrorInvalidConfiguration, why); };
+    const cudaDeviceProp& p = detail::rt().devices[std::size_t(detail::current_device)].prop;
+    auto dims = [](dim3 d) {
+        return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+    };
+    if (block.x == 0 || block.y == 0 || block.z == 0) return bad("block dimensions " + dims(block) + " contain a zero");
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return bad("grid dimensions " + dims(grid) + " contain a zero");
+    if (std::uint64_t(block.x) * block.y * block.z > std::uint64_t(p.maxThreadsPerBlock))
+        return bad("block " + dims(block) + " has " + std::to_string(std::uint64_t(block.x) * block.y * block.z) +
+                   " threads; at most " + std::to_string(p.maxThreadsPerBlock) + " are allowed");
+    if (int(block.x) > p.maxThreadsDim[0] || int(block.y) > p.maxThreadsDim[1] || int(block.z) > p.maxThreadsDim[2])
+        return bad("block " + dims(block) + " exceeds the per-dimension limits (1024,1024,64)");
+    if (grid.x > unsigned(p.maxGridSize[0]) || grid.y > unsigned(p.maxGridSize[1]) || grid.z > unsigned(p.maxGridSize[2]))
+        return bad("grid " + dims(grid) + " exceeds the limits (2147483647,65535,65535)");
+    std::size_t limit = p.sharedMemPerBlock;
+    {
+        std::lock_guard lk(detail::rt().m);
+        if (auto it = detail::rt().max_dynamic_smem.find(func); it != detail::rt().max_dynamic_smem.end())
+            limit = std::max<std::size_t>(limit, std::size_t(it->second));
+    }
+    if (smem > limit)
+        return detail::fail(cudaErrorInvalidValue,
+                            std::to_string(smem) + " bytes of dynamic shared memory requested; the limit for this kernel is " +
+                                std::to_string(limit) + " bytes (raise it with cudaFuncSetAttribute("
+                                "cudaFuncAttributeMaxDynamicSharedMemorySize), up to " +
+                                std::to_string(p.sharedMemPerBlockOptin) + ")");
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    call->grid = grid;
+    call->block = block;
+    call->dynamic_smem = smem;
+    call->kernel_name = kernel_name(func);
+    CUstream_st* st = detail::resolve(s);
+    detail::enqueue(st, [call, st] {
+        try {
+            WorkerPool::instance().run_grid(*call);
+        } catch (const std::exception& e) {
+            st->fail(cudaErrorLaunchFailure, std::string(e.what()) + (call->launch_site.empty() ? "" : " (launched at " + call->launch_site + ")"));
+        }
+    });
+    return detail::ok();
+}
+
+}  // namespace tessel::sim::api

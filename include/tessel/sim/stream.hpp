@@ -1,0 +1,108 @@
+// Simulated streams and events. A stream is an in-order queue with a worker thread of its own, so
+// work runs asynchronously to the host as on a GPU and a missing synchronisation shows up.
+#pragma once
+
+#include "qualifiers.hpp"
+
+#include <driver_types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+// The sim's definitions of the CUDA runtime's opaque handle types (driver_types.h only declares them).
+struct CUstream_st {
+    int device = 0;
+    unsigned flags = 0;  // cudaStreamDefault or cudaStreamNonBlocking
+    int priority = 0;
+    bool is_null = false;  // the device's legacy default stream
+
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    std::uint64_t enqueued = 0;   // tasks ever queued
+    std::uint64_t completed = 0;  // tasks finished, in order
+    cudaError_t error = cudaSuccess;  // first asynchronous failure, reported by the next synchronisation
+    std::string error_detail;
+    bool stop = false;
+    std::thread worker;
+
+    CUstream_st(int dev, unsigned f, int prio, bool null) : device(dev), flags(f), priority(prio), is_null(null) {
+        worker = std::thread([this] { run(); });
+    }
+    ~CUstream_st() {
+        {
+            std::lock_guard lk(m);
+            stop = true;
+        }
+        cv.notify_all();
+        worker.join();
+    }
+
+    // Queues a task; returns its sequence number (the stream has reached it when completed >= it).
+    std::uint64_t push(std::function<void()> task) {
+        std::lock_guard lk(m);
+        queue.push_back(std::move(task));
+        cv.notify_all();
+        return ++enqueued;
+    }
+    std::uint64_t tail() {
+        std::lock_guard lk(m);
+        return enqueued;
+    }
+    void wait_for(std::uint64_t seq) {
+        std::unique_lock lk(m);
+        cv.wait(lk, [&] { return completed >= seq; });
+    }
+    bool reached(std::uint64_t seq) {
+        std::lock_guard lk(m);
+        return completed >= seq;
+    }
+    // Takes the pending asynchronous error, if any (the sim reports each fault once).
+    cudaError_t take_error(std::string& detail) {
+        std::lock_guard lk(m);
+        cudaError_t e = error;
+        detail = std::move(error_detail);
+        error = cudaSuccess;
+        error_detail.clear();
+        return e;
+    }
+    void fail(cudaError_t e, std::string detail) {
+        std::lock_guard lk(m);
+        if (error == cudaSuccess) {
+            error = e;
+            error_detail = std::move(detail);
+        }
+    }
+
+private:
+    void run() {
+        std::unique_lock lk(m);
+        for (;;) {
+            cv.wait(lk, [&] { return stop || !queue.empty(); });
+            if (queue.empty()) return;
+            auto task = std::move(queue.front());
+            queue.pop_front();
+            lk.unlock();
+            task();
+            lk.lock();
+            ++completed;
+            cv.notify_all();
+        }
+    }
+};
+
+struct CUevent_st {
+    unsigned flags = 0;
+    std::mutex m;
+    std::shared_ptr<CUstream_st> stream;  // where it was last recorded (empty: never); kept alive
+    std::uint64_t seq = 0;
+    std::uint64_t record_id = 0;
+    std::chrono::steady_clock::time_point time{};
+};

@@ -1,0 +1,296 @@
+// The synchronisation rules of one simulated block: who waits at which barrier or warp collective,
+// when a group is complete, what each participant receives, and the diagnostics for barriers that
+// only part of a block reaches. Shared by the fiber executor and the OS-thread (TSan) executor.
+#pragma once
+
+#include "qualifiers.hpp"
+
+#include <vector_types.h>
+
+#include <cstdint>
+#include <cstring>
+#include <source_location>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/context/detail/fcontext.hpp>
+
+#include "fiber.hpp"
+
+namespace tessel::sim {
+
+// A kernel misbehaved in a way CUDA would hang on, corrupt, or leave undefined.
+class KernelFault : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Which synchronisation a thread is waiting at.
+enum class SyncKind : std::uint8_t {
+    syncthreads, syncthreads_count, syncthreads_and, syncthreads_or,  // block barriers
+    syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, all, any  // warp collectives
+};
+
+inline bool is_block_barrier(SyncKind k) { return k <= SyncKind::syncthreads_or; }
+
+inline const char* sync_name(SyncKind k) {
+    switch (k) {
+        case SyncKind::syncthreads: return "__syncthreads";
+        case SyncKind::syncthreads_count: return "__syncthreads_count";
+        case SyncKind::syncthreads_and: return "__syncthreads_and";
+        case SyncKind::syncthreads_or: return "__syncthreads_or";
+        case SyncKind::syncwarp: return "__syncwarp";
+        case SyncKind::shfl_idx: return "__shfl_sync";
+        case SyncKind::shfl_up: return "__shfl_up_sync";
+        case SyncKind::shfl_down: return "__shfl_down_sync";
+        case SyncKind::shfl_xor: return "__shfl_xor_sync";
+        case SyncKind::ballot: return "__ballot_sync";
+        case SyncKind::all: return "__all_sync";
+        case SyncKind::any: return "__any_sync";
+    }
+    return "?";
+}
+
+enum class ThreadState : std::uint8_t { not_started, ready, running, waiting, exited };
+
+// One CUDA thread of the block being simulated, and what it is waiting at.
+struct SimThread {
+    uint3 idx{};
+    unsigned tid = 0, lane = 0, warp = 0;
+    ThreadState state = ThreadState::not_started;
+    // The pending synchronisation (valid while state == waiting).
+    SyncKind kind = SyncKind::syncthreads;
+    std::source_location site;
+    unsigned mask = 0;
+    int arg = 0, width = 32, pred = 0;
+    std::uint64_t value = 0;
+    std::uint64_t result = 0;  // what the collective hands back
+    // Fiber executor only.
+    boost::context::detail::fcontext_t fctx = nullptr;
+    FiberStack stack{};
+    void* asan_fake = nullptr;
+};
+
+inline bool same_site(const std::source_location& a, const std::source_location& b) {
+    return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+}
+
+inline std::string site_text(const std::source_location& s) {
+    return std::string(s.file_name()) + ":" + std::to_string(s.line());
+}
+
+// The barrier bookkeeping of one block. Not thread-safe: the OS-thread executor holds its lock.
+class BlockSync {
+public:
+    void reset(std::vector<SimThread>& threads, std::string kernel, uint3 block) {
+        t_ = &threads;
+        n_ = unsigned(threads.size());
+        waiting_block_ = 0;
+        exited_ = 0;
+        kernel_ = std::move(kernel);
+        block_ = block;
+    }
+
+    unsigned exited() const { return exited_; }
+    unsigned size() const { return n_; }
+
+    // Thread `self` (its kind/site/mask/value fields filled in) arrives at a synchronisation.
+    // Threads the arrival releases are appended to `released` (state set to ready).
+    void arrive(SimThread& self, std::vector<unsigned>& released) {
+        self.state = ThreadState::waiting;
+        if (is_block_barrier(self.kind)) {
+            ++waiting_block_;
+            if (waiting_block_ + exited_ == n_) release_block(released);
+        } else {
+            check_warp_mask(self);
+            try_release_warp(self, released);
+        }
+    }
+
+    // Thread `self` returned from the kernel.
+    void exit(SimThread& self) {
+        self.state = ThreadState::exited;
+        ++exited_;
+        if (waiting_block_ > 0 && waiting_block_ + exited_ == n_) divergent_block_barrier();
+        const unsigned base = self.warp * 32;
+        for (unsigned l = 0; l < 32 && base + l < n_; ++l) {
+            SimThread& o = (*t_)[base + l];
+            if (o.state == ThreadState::waiting && !is_block_barrier(o.kind) && (o.mask >> self.lane & 1u))
+                fault(concat("thread ", o.tid, " (warp ", o.warp, " lane ", o.lane, ") waits at ", sync_name(o.kind),
+                             " with mask ", hex(o.mask), " at ", site_text(o.site), ", but lane ", self.lane,
+                             " named in that mask exited without arriving"));
+        }
+    }
+
+    // Nothing can run and not every thread has exited: describe who waits where, and throw.
+    [[noreturn]] void deadlock() {
+        std::ostringstream os;
+        os << "no thread can proceed (a barrier or warp collective that part of the block never reaches):";
+        unsigned i = 0;
+        while (i < n_) {
+            unsigned j = i + 1;
+            while (j < n_ && same_wait((*t_)[i], (*t_)[j])) ++j;
+            os << "\n    threads " << i;
+            if (j - 1 > i) os << '-' << (j - 1);
+            os << ": " << describe((*t_)[i]);
+            i = j;
+        }
+        fault(os.str());
+    }
+
+    [[noreturn]] void fault(const std::string& what) const {
+        throw KernelFault(concat("sim: kernel ", kernel_, ", block (", block_.x, ',', block_.y, ',', block_.z,
+                                 "): ", what));
+    }
+
+private:
+    template <class... P>
+    static std::string concat(const P&... p) {
+        std::ostringstream os;
+        (os << ... << p);
+        return os.str();
+    }
+    static std::string hex(unsigned m) {
+        std::ostringstream os;
+        os << "0x" << std::hex << m;
+        return os.str();
+    }
+    static bool same_wait(const SimThread& a, const SimThread& b) {
+        if (a.state != b.state) return false;
+        if (a.state != ThreadState::waiting) return true;
+        return a.kind == b.kind && same_site(a.site, b.site) && (is_block_barrier(a.kind) || a.mask == b.mask);
+    }
+    static std::string describe(const SimThread& t) {
+        switch (t.state) {
+            case ThreadState::exited: return "exited";
+            case ThreadState::not_started: return "not started";
+            case ThreadState::ready:
+            case ThreadState::running: return "running";
+            case ThreadState::waiting: break;
+        }
+        std::string s = std::string("wait at ") + sync_name(t.kind);
+        if (!is_block_barrier(t.kind)) s += "(mask " + hex(t.mask) + ")";
+        return s + " " + site_text(t.site);
+    }
+
+    unsigned lanes_in_warp(unsigned warp) const {
+        const unsigned base = warp * 32;
+        return n_ - base < 32 ? n_ - base : 32;
+    }
+
+    void check_warp_mask(const SimThread& self) const {
+        if (!(self.mask >> self.lane & 1u))
+            fault(concat(sync_name(self.kind), " at ", site_text(self.site), " called by thread ", self.tid, " (lane ",
+                         self.lane, ") with mask ", hex(self.mask), " that does not include the calling lane"));
+        const unsigned lanes = lanes_in_warp(self.warp);
+        if (lanes < 32 && (self.mask >> lanes) != 0)
+            fault(concat(sync_name(self.kind), " at ", site_text(self.site), " with mask ", hex(self.mask),
+                         " names lanes that do not exist: warp ", self.warp, " has only ", lanes,
+                         " threads (blockDim is not a multiple of 32)"));
+        if (self.kind >= SyncKind::shfl_idx && self.kind <= SyncKind::shfl_xor &&
+            (self.width < 1 || self.width > 32 || (self.width & (self.width - 1)) != 0))
+            fault(concat(sync_name(self.kind), " at ", site_text(self.site), ": width ", self.width,
+                         " is not a power of two between 1 and 32"));
+    }
+
+    void release_block(std::vector<unsigned>& released) {
+        if (exited_ > 0) divergent_block_barrier();
+        const SimThread& first = (*t_)[0];
+        int count = 0;
+        for (unsigned i = 0; i < n_; ++i) {
+            const SimThread& o = (*t_)[i];
+            if (o.kind != first.kind || !same_site(o.site, first.site))
+                fault(concat("threads wait at different barriers: thread 0 at ", sync_name(first.kind), " ",
+                             site_text(first.site), ", thread ", i, " at ", sync_name(o.kind), " ",
+                             site_text(o.site)));
+            count += o.pred != 0;
+        }
+        std::uint64_t r = 0;
+        switch (first.kind) {
+            case SyncKind::syncthreads_count: r = std::uint64_t(count); break;
+            case SyncKind::syncthreads_and: r = count == int(n_); break;
+            case SyncKind::syncthreads_or: r = count > 0; break;
+            default: break;
+        }
+        for (unsigned i = 0; i < n_; ++i) {
+            (*t_)[i].result = r;
+            (*t_)[i].state = ThreadState::ready;
+            released.push_back(i);
+        }
+        waiting_block_ = 0;
+    }
+
+    [[noreturn]] void divergent_block_barrier() const {
+        const SimThread* w = nullptr;
+        std::string exited;
+        for (unsigned i = 0; i < n_; ++i) {
+            const SimThread& o = (*t_)[i];
+            if (o.state == ThreadState::waiting && is_block_barrier(o.kind) && !w) w = &o;
+            if (o.state == ThreadState::exited && exited.size() < 60) exited += (exited.empty() ? "" : ",") + std::to_string(i);
+        }
+        fault(concat("divergent ", sync_name(w->kind), " at ", site_text(w->site), " (in ", w->site.function_name(),
+                     "): ", waiting_block_, " of ", n_, " threads wait there while ", exited_,
+                     " exited without reaching it (e.g. threads ", exited, "); every thread of a block must reach the same barrier"));
+    }
+
+    void try_release_warp(SimThread& self, std::vector<unsigned>& released) {
+        const unsigned base = self.warp * 32;
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!(self.mask >> l & 1u)) continue;
+            const SimThread& o = (*t_)[base + l];
+            if (o.state == ThreadState::exited)
+                fault(concat(sync_name(self.kind), " at ", site_text(self.site), " by thread ", self.tid, " with mask ",
+                             hex(self.mask), " names lane ", l, ", which exited without arriving"));
+            if (o.state != ThreadState::waiting || o.kind != self.kind || o.mask != self.mask) return;
+        }
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!(self.mask >> l & 1u)) continue;
+            SimThread& o = (*t_)[base + l];
+            o.result = collective_result(o, base);
+        }
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!(self.mask >> l & 1u)) continue;
+            (*t_)[base + l].state = ThreadState::ready;
+            released.push_back(base + l);
+        }
+    }
+
+    std::uint64_t collective_result(const SimThread& me, unsigned base) const {
+        const unsigned l = me.lane, mask = me.mask;
+        const unsigned w = unsigned(me.width);
+        auto from = [&](unsigned src) -> std::uint64_t {
+            // Reading a lane outside the mask is undefined in CUDA; the sim returns the caller's own value.
+            if (src >= 32 || !(mask >> src & 1u)) return me.value;
+            return (*t_)[base + src].value;
+        };
+        switch (me.kind) {
+            case SyncKind::shfl_idx: return from((l & ~(w - 1)) + (unsigned(me.arg) & (w - 1)));
+            case SyncKind::shfl_up: return (l & (w - 1)) >= unsigned(me.arg) ? from(l - unsigned(me.arg)) : me.value;
+            case SyncKind::shfl_down: return (l & (w - 1)) + unsigned(me.arg) < w ? from(l + unsigned(me.arg)) : me.value;
+            case SyncKind::shfl_xor: {
+                const unsigned src = l ^ unsigned(me.arg);
+                return (src & ~(w - 1)) > (l & ~(w - 1)) ? me.value : from(src);
+            }
+            case SyncKind::ballot:
+            case SyncKind::all:
+            case SyncKind::any: {
+                std::uint64_t bits = 0;
+                for (unsigned i = 0; i < 32; ++i)
+                    if ((mask >> i & 1u) && (*t_)[base + i].pred) bits |= 1ull << i;
+                if (me.kind == SyncKind::ballot) return bits;
+                if (me.kind == SyncKind::all) return bits == mask;
+                return bits != 0;
+            }
+            default: return 0;
+        }
+    }
+
+    std::vector<SimThread>* t_ = nullptr;
+    unsigned n_ = 0, waiting_block_ = 0, exited_ = 0;
+    std::string kernel_;
+    uint3 block_{};
+};
+
+}  // namespace tessel::sim

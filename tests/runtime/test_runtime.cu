@@ -1,0 +1,159 @@
+// The device runtime layer on either backend: properties, versions, errors, memory, copies,
+// streams and events.
+#include <tessel/runtime/device.hpp>
+#include <tessel/runtime/launch.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+#include "../support/device_array.hpp"
+
+using tessel::testing::DeviceArray;
+
+namespace {
+__global__ void iota_kernel(int* x, int n, int start) {
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) x[i] = start + i;
+}
+}  // namespace
+
+TEST_CASE("device properties describe a usable device", "[runtime][device]") {
+    REQUIRE(tessel::is_available());
+    REQUIRE(tessel::device_count() >= 1);
+    CHECK(tessel::unavailable_reason().empty());
+    const auto p = tessel::properties();
+    CHECK_FALSE(p.name.empty());
+    CHECK(p.major >= 7);
+    CHECK(p.sm_count > 0);
+    CHECK(p.total_memory > 0);
+    CHECK(p.free_memory <= p.total_memory);
+    CHECK(p.warp_size == 32);
+    CHECK(p.max_threads_per_block == 1024);
+    CHECK(p.shared_memory_per_block == 48 * 1024);
+    CHECK(p.shared_memory_per_block_optin >= p.shared_memory_per_block);
+    CHECK(p.shared_memory_per_sm >= p.shared_memory_per_block_optin);
+    CHECK(p.l2_cache_bytes > 0);
+    CHECK(p.clock_khz > 0);
+    CHECK(p.theoretical_bandwidth_gbs() > 0);
+    CHECK(p.simulated == (tessel::backend == tessel::Backend::sim));
+    if (tessel::backend == tessel::Backend::sim) CHECK(p.compute_capability() == "9.0");
+}
+
+TEST_CASE("runtime and driver versions come with a compatibility verdict", "[runtime][device]") {
+    const auto v = tessel::versions();
+    CHECK(v.runtime == CUDART_VERSION);
+    CHECK(v.driver >= 1000);
+    CHECK(v.compatible);
+    CHECK_FALSE(v.verdict.empty());
+    CHECK(tessel::version_string(13000) == "13.0");
+    CHECK(tessel::version_string(12080) == "12.8");
+}
+
+TEST_CASE("a failing runtime call throws CudaError naming the code, the call and the place", "[runtime][errors]") {
+    int on_stack = 0;
+    try {
+        TESSEL_CUDA_CHECK(tessel::rt::api::cudaFree(&on_stack));
+        FAIL("cudaFree of a stack address did not fail");
+    } catch (const tessel::CudaError& e) {
+        CHECK(e.code() == int(cudaErrorInvalidValue));
+        CHECK(e.name() == "cudaErrorInvalidValue");
+        CHECK(e.expression().find("cudaFree") != std::string::npos);
+        CHECK(std::string(e.file()).find("test_runtime") != std::string::npos);
+        CHECK(e.line() > 0);
+        CHECK(std::string(e.what()).find("invalid argument") != std::string::npos);
+    }
+    CHECK(tessel::rt::api::cudaGetLastError() == cudaSuccess);  // check() cleared it
+}
+
+TEST_CASE("selecting a device that does not exist is an InvalidArgument naming the count", "[runtime][errors]") {
+    const int n = tessel::device_count();
+    try {
+        tessel::set_device(tessel::Device{n + 3});
+        FAIL("set_device did not throw");
+    } catch (const tessel::InvalidArgument& e) {
+        const std::string msg = e.what();
+        CHECK(msg.find("device " + std::to_string(n + 3)) != std::string::npos);
+        CHECK(msg.find(std::to_string(n) + " device(s)") != std::string::npos);
+    }
+    CHECK(tessel::current_device() == tessel::Device{0});
+}
+
+TEST_CASE("copies between host, pinned and device memory round-trip", "[runtime][memory]") {
+    const std::size_t n = 100003;
+    auto src = tessel::testing::random_vector<float>(n, 1);
+    DeviceArray<float> a(n), b(n);
+    a.poison();
+    b.poison();
+    float* pinned = static_cast<float*>(tessel::rt::malloc_pinned(n * sizeof(float)));
+    std::fill(pinned, pinned + n, -7.f);
+
+    tessel::rt::memcpy(a.data(), src.data(), n * sizeof(float));                       // pageable H2D
+    tessel::rt::memcpy_async(b.data(), a.data(), n * sizeof(float), nullptr);           // D2D
+    tessel::rt::memcpy_async(pinned, b.data(), n * sizeof(float), nullptr);             // D2H pinned
+    tessel::rt::device_synchronize();
+    CHECK(std::equal(pinned, pinned + n, src.begin()));
+
+    tessel::rt::memset_async(a.data(), 0, 40 * sizeof(float), nullptr);
+    auto h = a.download();
+    CHECK(std::all_of(h.begin(), h.begin() + 40, [](float v) { return v == 0.f; }));
+    CHECK(std::equal(h.begin() + 40, h.end(), src.begin() + 40));
+    tessel::rt::free_pinned(pinned);
+}
+
+TEST_CASE("streams order work; events time it and order other streams", "[runtime][stream]") {
+    const int n = 4099;
+    DeviceArray<int> x(n), y(n);
+    x.poison();
+    y.poison();
+    auto s1 = tessel::rt::stream_create(false, 0);
+    auto s2 = tessel::rt::stream_create(true, -1);
+    auto start = tessel::rt::event_create(), stop = tessel::rt::event_create(), ready = tessel::rt::event_create(false);
+    tessel::rt::event_record(start, s1);
+    tessel::launch(iota_kernel, tessel::blocks_for(n, 128), 128, 0, s1, x.data(), n, 10);
+    tessel::rt::event_record(ready, s1);
+    tessel::rt::event_record(stop, s1);
+    tessel::rt::stream_wait_event(s2, ready);
+    tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), s2);
+    tessel::rt::stream_synchronize(s2);
+    std::vector<int> want(n);
+    std::iota(want.begin(), want.end(), 10);
+    tessel::testing::check_equal(y.download(), want, "copy ordered after iota by an event");
+
+    tessel::rt::event_synchronize(stop);
+    CHECK(tessel::rt::event_query(stop));
+    CHECK(tessel::rt::event_elapsed_ms(start, stop) >= 0.f);
+    CHECK_THROWS_AS(tessel::rt::event_elapsed_ms(start, ready), tessel::CudaError);  // ready has no timing
+    CHECK(tessel::rt::stream_query(s1));
+    for (auto e : {start, stop, ready}) tessel::rt::event_destroy(e);
+    tessel::rt::stream_destroy(s1);
+    tessel::rt::stream_destroy(s2);
+}
+
+TEST_CASE("the free-memory figure follows allocations", "[runtime][memory]") {
+    if (tessel::backend != tessel::Backend::sim) SUCCEED("GPU drivers report free memory in coarse pages");
+    else {
+        const auto before = tessel::rt::memory_info();
+        void* p = tessel::rt::malloc_device(12345);
+        const auto during = tessel::rt::memory_info();
+        CHECK(before.free_bytes - during.free_bytes == 12345);
+        CHECK(during.total_bytes == before.total_bytes);
+        tessel::rt::free_device(p);
+        CHECK(tessel::rt::memory_info().free_bytes == before.free_bytes);
+    }
+}
+
+#if defined(TESSEL_BACKEND_SIM)
+TEST_CASE("the sim rejects copies outside live allocations and unknown streams", "[runtime][sim]") {
+    DeviceArray<int> x(10);
+    std::vector<int> h(20);
+    try {
+        tessel::rt::memcpy(h.data(), x.data(), 20 * sizeof(int));
+        FAIL("over-long copy did not fail");
+    } catch (const tessel::CudaError& e) {
+        CHECK(e.name() == "cudaErrorInvalidValue");
+        CHECK(std::string(e.what()).find("not inside a live device allocation") != std::string::npos);
+    }
+    auto bogus = reinterpret_cast<tessel::rt::stream_t>(std::uintptr_t(0x1234));
+    CHECK_THROWS_AS(tessel::rt::stream_synchronize(bogus), tessel::CudaError);
+}
+#endif

@@ -1,0 +1,237 @@
+// What only the sim does: report barriers and warp collectives that part of a block never reaches,
+// shake the thread schedule to expose a missing __syncthreads, poison shared memory, run streams
+// asynchronously, and fail allocations at its configured capacity.
+#include <tessel/runtime/device.hpp>
+#include <tessel/runtime/launch.hpp>
+
+#include "../support/device_array.hpp"
+
+#if defined(TESSEL_BACKEND_SIM)
+
+#include <atomic>
+#include <thread>
+
+using tessel::testing::DeviceArray;
+
+namespace {
+
+__global__ void early_exit_then_barrier(int* out) {
+    if (threadIdx.x < 5) return;  // the classic bug: these threads never reach the barrier
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void shuffle_after_lane_exit(int* out) {
+    if (threadIdx.x % 32 == 3) return;
+    out[threadIdx.x] = __shfl_sync(0xffffffffu, int(threadIdx.x), 0);
+}
+
+__global__ void mask_without_caller(int* out) {
+    out[threadIdx.x] = int(__ballot_sync(0x1u, 1));  // lanes 1..31 are not in their own mask
+}
+
+__global__ void mask_beyond_block(int* out) {
+    out[threadIdx.x] = int(__ballot_sync(0xffffffffu, 1));  // 40 threads: warp 1 has only 8 lanes
+}
+
+__global__ void two_different_barriers(int* out) {
+    if (threadIdx.x % 2) {
+        __syncthreads();
+    } else {
+        __syncthreads();
+    }
+    out[threadIdx.x] = 1;
+}
+
+__global__ void warp_and_block_deadlock(int* out) {
+    if (threadIdx.x < 16) __syncwarp(0xffffffffu);  // waits for lanes 16..31 ...
+    else __syncthreads();                           // ... which wait for the whole block
+    out[threadIdx.x] = 1;
+}
+
+// Reads its left neighbour's shared slot. With the barrier it is correct in every schedule;
+// without it, it is correct only when threads happen to run in index order.
+template <bool WithBarrier>
+__global__ void left_neighbour(const int* in, int* out, int n) {
+    __shared__ int s[128];
+    const int t = int(threadIdx.x);
+    s[t] = in[blockIdx.x * n + t];
+    if (WithBarrier) __syncthreads();
+    out[blockIdx.x * n + t] = t > 0 ? s[t - 1] : -1;
+}
+
+__global__ void read_dynamic_before_write(unsigned* out, int n) {
+    TESSEL_DYNAMIC_SHARED(unsigned, s);
+    for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) out[i] = s[i];
+}
+
+__global__ void spin_until(const volatile int* flag, int* done) {
+    while (*flag == 0) {
+    }
+    *done = 1;
+}
+
+__global__ void slow_fill(int* x, int n, int value, int rounds) {
+    for (int r = 0; r < rounds; ++r)
+        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] = value + r - r;
+}
+
+std::string fault_of(auto&& launch) {
+    try {
+        launch();
+        tessel::rt::device_synchronize();
+    } catch (const tessel::CudaError& e) {
+        CHECK(e.name() == "cudaErrorLaunchFailure");
+        return e.what();
+    }
+    return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("a __syncthreads that part of the block never reaches is reported, not a hang", "[sim][diagnostics]") {
+    DeviceArray<int> out(64);
+    const std::string msg = fault_of([&] { tessel::launch(early_exit_then_barrier, 2, 64, 0, nullptr, out.data()); });
+    INFO(msg);
+    CHECK(msg.find("divergent __syncthreads") != std::string::npos);
+    CHECK(msg.find("early_exit_then_barrier") != std::string::npos);
+    CHECK(msg.find("block (") != std::string::npos);
+    CHECK(msg.find("59 of 64 threads") != std::string::npos);
+    CHECK(msg.find("test_sim.cu") != std::string::npos);
+    // The sim reports each fault once; the device is usable afterwards.
+    tessel::rt::device_synchronize();
+}
+
+TEST_CASE("warp collectives with masks naming lanes that never arrive are reported", "[sim][diagnostics]") {
+    DeviceArray<int> out(64);
+    std::string msg = fault_of([&] { tessel::launch(shuffle_after_lane_exit, 1, 64, 0, nullptr, out.data()); });
+    INFO(msg);
+    CHECK(msg.find("__shfl_sync") != std::string::npos);
+    CHECK(msg.find("exited without arriving") != std::string::npos);
+
+    msg = fault_of([&] { tessel::launch(mask_without_caller, 1, 32, 0, nullptr, out.data()); });
+    CHECK(msg.find("does not include the calling lane") != std::string::npos);
+
+    msg = fault_of([&] { tessel::launch(mask_beyond_block, 1, 40, 0, nullptr, out.data()); });
+    CHECK(msg.find("names lanes that do not exist") != std::string::npos);
+}
+
+TEST_CASE("threads waiting at different barriers, or deadlocked, are reported", "[sim][diagnostics]") {
+    DeviceArray<int> out(64);
+    std::string msg = fault_of([&] { tessel::launch(two_different_barriers, 1, 64, 0, nullptr, out.data()); });
+    INFO(msg);
+    CHECK(msg.find("different barriers") != std::string::npos);
+
+    msg = fault_of([&] { tessel::launch(warp_and_block_deadlock, 1, 32, 0, nullptr, out.data()); });
+    CHECK(msg.find("no thread can proceed") != std::string::npos);
+    CHECK(msg.find("__syncwarp") != std::string::npos);
+}
+
+#if !defined(TESSEL_SIM_OS_THREADS)
+TEST_CASE("the schedule shaker exposes a missing __syncthreads that in-order execution hides", "[sim][shuffle]") {
+    const int n = 128, blocks = 6;
+    std::vector<int> in(std::size_t(n) * blocks);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = int(i * 31 + 7);
+    std::vector<int> want(in.size());
+    for (int b = 0; b < blocks; ++b)
+        for (int t = 0; t < n; ++t) want[std::size_t(b) * n + t] = t > 0 ? in[std::size_t(b) * n + t - 1] : -1;
+    DeviceArray<int> din(in), dout(in.size());
+    auto run = [&](auto kernel) {
+        dout.poison();
+        tessel::launch(kernel, blocks, n, 0, nullptr, din.data(), dout.data(), n);
+        return dout.download() == want;
+    };
+    auto& seed = tessel::sim::config().shuffle_seed;
+    const auto saved = seed;
+
+    seed.reset();
+    CHECK(run(left_neighbour<false>));  // in index order the bug hides
+
+    int exposed = 0;
+    for (std::uint64_t s : {1, 2, 3, 4, 5, 6, 7, 8}) {
+        seed = s;
+        exposed += !run(left_neighbour<false>);
+        CHECK(run(left_neighbour<true>));  // the correct kernel is right in every schedule
+    }
+    seed = saved;
+    CHECK(exposed > 0);
+}
+#endif
+
+TEST_CASE("dynamic shared memory starts poisoned", "[sim][poison]") {
+    const int n = 1000;
+    DeviceArray<unsigned> out(n);
+    tessel::rt::memset_async(out.data(), 0, n * sizeof(unsigned), nullptr);
+    tessel::launch(read_dynamic_before_write, 1, 128, n * sizeof(unsigned), nullptr, out.data(), n);
+    auto h = out.download();
+    CHECK(std::count(h.begin(), h.end(), 0xFFFFFFFFu) == n);
+}
+
+TEST_CASE("sim streams run asynchronously to the host and in order", "[sim][stream]") {
+    int* flag = static_cast<int*>(tessel::rt::malloc_pinned(sizeof(int)));
+    *flag = 0;
+    DeviceArray<int> done(std::vector<int>{0});
+    tessel::rt::stream_t s = tessel::rt::stream_create(true);
+    tessel::launch(spin_until, 1, 1, 0, s, flag, done.data());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK_FALSE(tessel::rt::stream_query(s));  // still spinning: the launch did not block the host
+    std::atomic_ref<int>(*flag).store(1);
+    tessel::rt::stream_synchronize(s);
+    CHECK(done.download()[0] == 1);
+    tessel::rt::stream_destroy(s);
+    tessel::rt::free_pinned(flag);
+}
+
+TEST_CASE("stream_wait_event orders work across streams", "[sim][stream]") {
+    const int n = 1 << 16;
+    DeviceArray<int> x(n), y(n);
+    x.poison();
+    auto a = tessel::rt::stream_create(true), b = tessel::rt::stream_create(true);
+    auto e = tessel::rt::event_create();
+    tessel::launch(slow_fill, 4, 256, 0, a, x.data(), n, 42, 200);
+    tessel::rt::event_record(e, a);
+    tessel::rt::stream_wait_event(b, e);
+    tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), b);
+    tessel::rt::stream_synchronize(b);
+    auto h = y.download();
+    CHECK(std::count(h.begin(), h.end(), 42) == n);
+    tessel::rt::event_destroy(e);
+    tessel::rt::stream_destroy(a);
+    tessel::rt::stream_destroy(b);
+}
+
+TEST_CASE("allocation fails at the sim's capacity and recovers after a free", "[.oom]") {
+    // Run with TESSEL_SIM_MEMORY=64MiB (ctest does).
+    const auto p = tessel::properties();
+    REQUIRE(p.total_memory == (std::size_t(64) << 20));
+    void* a = tessel::rt::malloc_device(std::size_t(40) << 20);
+    try {
+        (void)tessel::rt::malloc_device(std::size_t(40) << 20);
+        FAIL("second 40 MiB allocation did not fail");
+    } catch (const tessel::OutOfMemoryError& e) {
+        const std::string msg = e.what();
+        INFO(msg);
+        CHECK(msg.find("41943040 bytes") != std::string::npos);
+        CHECK(msg.find("of 67108864 total") != std::string::npos);
+    }
+    tessel::rt::free_device(a);
+    void* b = tessel::rt::malloc_device(std::size_t(60) << 20);
+    CHECK(b != nullptr);
+    tessel::rt::free_device(b);
+}
+
+TEST_CASE("several simulated devices keep separate memory", "[.multidevice]") {
+    // Run with TESSEL_SIM_DEVICES=3 (ctest does).
+    REQUIRE(tessel::device_count() == 3);
+    tessel::set_device(tessel::Device{2});
+    CHECK(tessel::current_device() == tessel::Device{2});
+    const auto before = tessel::properties(tessel::Device{2}).free_memory;
+    void* p = tessel::rt::malloc_device(1 << 20);
+    CHECK(tessel::properties(tessel::Device{2}).free_memory == before - (1 << 20));
+    CHECK(tessel::properties(tessel::Device{0}).free_memory == tessel::properties(tessel::Device{0}).total_memory);
+    tessel::rt::free_device(p);
+    CHECK_THROWS_AS(tessel::set_device(tessel::Device{3}), tessel::InvalidArgument);
+    tessel::set_device(tessel::Device{0});
+}
+
+#endif  // TESSEL_BACKEND_SIM

@@ -1,0 +1,116 @@
+// Test helpers: a device array with host round trips, random inputs, poisoning, and comparisons
+// that print the first mismatching indices with expected, actual and tolerance.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <tessel/core/kernel.hpp>
+#include <tessel/runtime/rt.hpp>
+
+namespace tessel::testing {
+
+// Owns n elements of device memory; the tests' stand-in until they move to Tensor.
+template <class T>
+class DeviceArray {
+public:
+    explicit DeviceArray(std::size_t n) : n_(n), p_(static_cast<T*>(rt::malloc_device(n * sizeof(T)))) {}
+    explicit DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) { upload(h); }
+    ~DeviceArray() {
+        if (p_) rt::free_device(p_);
+    }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+
+    T* data() const { return p_; }
+    std::size_t size() const { return n_; }
+    void upload(const std::vector<T>& h) {
+        REQUIRE(h.size() == n_);
+        rt::memcpy(p_, h.data(), n_ * sizeof(T));
+    }
+    std::vector<T> download() const {
+        std::vector<T> h(n_);
+        rt::memcpy(h.data(), p_, n_ * sizeof(T));
+        return h;
+    }
+    // Fills every byte with 0xFF: NaN for floating types, -1 for integers, so unwritten output shows.
+    void poison() {
+        rt::memset_async(p_, 0xFF, n_ * sizeof(T), nullptr);
+        rt::device_synchronize();
+    }
+
+private:
+    std::size_t n_;
+    T* p_;
+};
+
+inline double to_double(float v) { return v; }
+inline double to_double(double v) { return v; }
+inline double to_double(__half v) { return double(__half2float(v)); }
+inline double to_double(__nv_bfloat16 v) { return double(__bfloat162float(v)); }
+inline double to_double(int v) { return v; }
+inline double to_double(unsigned v) { return v; }
+inline double to_double(long long v) { return double(v); }
+inline double to_double(unsigned long long v) { return double(v); }
+
+template <class T>
+T from_double(double v) {
+    if constexpr (std::is_same_v<T, __half>) return __float2half(float(v));
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(float(v));
+    else return T(v);
+}
+
+// Uniform values in [lo, hi) rounded to T, from a fixed seed so failures reproduce.
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> d(lo, hi);
+    std::vector<T> v(n);
+    for (auto& x : v) x = from_double<T>(d(rng));
+    return v;
+}
+
+// Checks |actual[i] - expected[i]| <= tol[i] for all i; NaN always fails. On failure, reports the
+// count and the first few mismatches with their indices.
+template <class T>
+void check_close(const std::vector<T>& actual, const std::vector<double>& expected, const std::vector<double>& tol,
+                 const std::string& what) {
+    REQUIRE(actual.size() == expected.size());
+    std::size_t bad = 0;
+    std::ostringstream os;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const double a = to_double(actual[i]);
+        const bool ok = std::isfinite(a) && std::fabs(a - expected[i]) <= tol[i];
+        if (!ok) {
+            if (bad < 8)
+                os << "\n  [" << i << "] expected " << expected[i] << ", actual " << a << ", tolerance " << tol[i];
+            ++bad;
+        }
+    }
+    INFO(what << ": " << bad << " of " << actual.size() << " elements outside tolerance" << os.str());
+    CHECK(bad == 0);
+}
+
+template <class T>
+void check_equal(const std::vector<T>& actual, const std::vector<T>& expected, const std::string& what) {
+    REQUIRE(actual.size() == expected.size());
+    std::size_t bad = 0;
+    std::ostringstream os;
+    for (std::size_t i = 0; i < actual.size(); ++i)
+        if (std::memcmp(&actual[i], &expected[i], sizeof(T)) != 0) {
+            if (bad < 8) os << "\n  [" << i << "] expected " << expected[i] << ", actual " << actual[i];
+            ++bad;
+        }
+    INFO(what << ": " << bad << " of " << actual.size() << " elements differ" << os.str());
+    CHECK(bad == 0);
+}
+
+}  // namespace tessel::testing
