@@ -134,7 +134,7 @@ __global__ void atomics(const int* keys, const float* vals, int n, AtomicTargets
     atomicAnd(t.bits_and, ~(1u << (k % 32)));
     atomicXor(t.bits_xor, unsigned(k));
     atomicInc(t.ring, 9u);
-    int old = *t.cas_counter, assumed;
+    int old = atomicAdd(t.cas_counter, 0), assumed;  // an atomic read: a plain one races with the CAS
     do {
         assumed = old;
         old = atomicCAS(t.cas_counter, assumed, assumed + 1);

@@ -9,7 +9,7 @@
 namespace tessel::kernels {
 
 template <class F, class Out, class... In>
-__global__ void map(std::size_t n, F f, Out* __restrict__ out, const In* __restrict__... in) {
+__global__ void map(std::size_t n, F f, Out* __restrict__ out, const In*... in) {
     const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
     for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = f(in[i]...);
 }
