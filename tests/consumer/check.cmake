@@ -1,0 +1,25 @@
+# ctest's consumer check: install this build into a fresh prefix, then configure, build and run the
+# out-of-tree consumer project against it with find_package(tessel 0.1 CONFIG REQUIRED).
+#   cmake -DSOURCE_DIR=.. -DBUILD_DIR=.. -DWORK_DIR=.. -DBACKEND=sim|cuda [-DCUDA_COMPILER=..] -P check.cmake
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer check failed (${rc}): ${ARGN}\n${out}")
+  endif()
+endfunction()
+step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+set(extra "")
+if(CUDA_COMPILER)
+  set(extra "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}")
+endif()
+step(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build" -G Ninja
+     "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DCONSUMER_BACKEND=${BACKEND}" ${extra})
+step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
+if(rc EQUAL 77)
+  message("consumer built against the install; running it was skipped")
+elseif(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer exited with ${rc}")
+endif()
