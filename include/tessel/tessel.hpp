@@ -1,0 +1,19 @@
+// tessel: typed GPU tensors and hand-written kernels for C++20, on CUDA or on the CPU simulation.
+// One include for the public API. Kernel launches (tessel::launch) come with it when this file is
+// compiled as CUDA (tessel::cuda) or for the sim (tessel::sim); a host-compiled file of a CUDA
+// build gets the device, memory and stream API without them.
+#pragma once
+
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "runtime/device.hpp"
+#include "runtime/rt.hpp"
+
+#if defined(TESSEL_BACKEND_SIM) || defined(__CUDACC__)
+#include "runtime/launch.hpp"
+#endif
+
+namespace tessel {
+// The library's version.
+inline constexpr int version_major = 0, version_minor = 1, version_patch = 0;
+}  // namespace tessel

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU and no network (run from the repository root):
+# builds every target for this GPU's architecture with all cores, runs ctest on the GPU, runs
+# compute-sanitizer (memcheck, racecheck, synccheck) on the kernel tests, runs the benchmarks, and
+# writes logs and JSON into $OUT (default ./device-check-out). Prints a summary table last.
+# Catch2 and Google Benchmark come from .deps/*.deb when the machine lacks them
+# (scripts/fetch-device-deps.sh downloads them on a machine with apt). Ends well inside 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-check-out}
+mkdir -p "$OUT"
+export PATH="$PATH:/usr/local/cuda/bin"
+jobs=$(nproc)
+rows=()
+row() { rows+=("$(printf '%-28s %-8s %s' "$1" "$2" "$3")"); }
+t_start=$SECONDS
+
+# 0. The GPU as nvidia-smi sees it.
+gpu=$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | head -1)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+[ -n "$cc" ] || cc=90
+row "gpu" "info" "$gpu (sm_$cc)"
+
+# 1. Dependencies without network: unpack the carried .deb files into a private prefix.
+prefix_args=()
+if compgen -G ".deps/*.deb" >/dev/null; then
+  deps=/tmp/tessel-deps
+  rm -rf "$deps"; mkdir -p "$deps"
+  for f in .deps/*.deb; do dpkg-deb -x "$f" "$deps"; done
+  prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
+fi
+
+# 2. Configure and build everything for this GPU.
+t0=$SECONDS
+if timeout 330 cmake -S . -B build/device -G Ninja -DTESSEL_BACKEND=cuda -DCMAKE_BUILD_TYPE=Release \
+     -DCMAKE_CUDA_ARCHITECTURES="$cc" "${prefix_args[@]}" >"$OUT/build.log" 2>&1 &&
+   timeout 330 cmake --build build/device -j "$jobs" >>"$OUT/build.log" 2>&1; then
+  row "build (cuda, sm_$cc)" "ok" "$((SECONDS - t0)) s"
+else
+  row "build (cuda, sm_$cc)" "FAILED" "see build.log"
+  tail -40 "$OUT/build.log"
+  printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
+  exit 1
+fi
+
+# 3. The whole test suite on the GPU.
+t0=$SECONDS
+timeout 150 ctest --test-dir build/device --output-on-failure -j 4 >"$OUT/ctest.log" 2>&1
+rc=$?
+row "ctest" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
+
+# 4. compute-sanitizer on the kernel tests.
+tests=build/device/tests/tessel_tests
+: >"$OUT/sanitizer.log"
+for tool in memcheck racecheck synccheck; do
+  t0=$SECONDS
+  filter="[kernel-language],[kernels]"
+  [ "$tool" = racecheck ] && filter="[barrier],[warp],[matmul]"
+  echo "=== compute-sanitizer --tool $tool $filter" >>"$OUT/sanitizer.log"
+  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 99 "$tests" "$filter" >>"$OUT/sanitizer.log" 2>&1
+  rc=$?
+  status=ok; [ $rc -eq 0 ] || status=FAILED
+  [ $rc -eq 124 ] && status=TIMEOUT
+  row "compute-sanitizer $tool" "$status" "$(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1) ($((SECONDS - t0)) s)"
+done
+
+# 5. Benchmarks (JSON) and the device description.
+t0=$SECONDS
+timeout 120 build/device/bench/bench_sim --benchmark_min_time=0.2 --benchmark_out="$OUT/bench-sim.json" \
+  --benchmark_out_format=json >"$OUT/bench.log" 2>&1
+rc=$?
+row "bench_sim" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "$OUT/bench-sim.json ($((SECONDS - t0)) s)"
+build/device/tools/tessel-info --json >"$OUT/tessel-info.json" 2>&1
+cat "$OUT/bench.log" >>"$OUT/ctest.log"
+
+echo
+echo "device check, $(date -u +%Y-%m-%dT%H:%MZ), $((SECONDS - t_start)) s"
+printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
+grep -E '^BM_' "$OUT/bench.log" | tee -a "$OUT/summary.txt"
+! printf '%s\n' "${rows[@]}" | grep -qE ' (FAILED|TIMEOUT) '
