@@ -11,6 +11,7 @@ __global__ void scale(float* x, int n, float s) {  // plain CUDA C++: runs on GP
 }
 
 int main() {
+    if (!tessel::is_available()) return std::printf("SKIPPED: %s\n", tessel::unavailable_reason().c_str()), 77;
     using Tile = tessel::kernels::MatmulTile<64, 64, 16, 4, 4>;
     int m = 300, n = 200, k = 100;
     auto* a = static_cast<float*>(tessel::rt::malloc_device(m * k * 4));
