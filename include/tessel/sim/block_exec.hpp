@@ -69,16 +69,24 @@ inline std::uint64_t block_seed(uint3 b) {
     return s | 1;  // never 0: 0 means "no shuffling"
 }
 
-// Threads of a block in x-fastest order, as CUDA numbers them (tid = x + y*Dx + z*Dx*Dy).
+// Threads of a block in x-fastest order, as CUDA numbers them (tid = x + y*Dx + z*Dx*Dy). Only the
+// fields a run reads are reset: this runs once per block and shows in the plain-loop cost.
 inline void init_threads(std::vector<SimThread>& t, dim3 bd) {
-    const unsigned n = bd.x * bd.y * bd.z;
-    t.assign(n, SimThread{});
-    for (unsigned i = 0; i < n; ++i) {
-        t[i].tid = i;
-        t[i].idx = uint3{i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y)};
-        t[i].lane = i % 32;
-        t[i].warp = i / 32;
-    }
+    t.resize(std::size_t(bd.x) * bd.y * bd.z);
+    unsigned i = 0;
+    for (unsigned z = 0; z < bd.z; ++z)
+        for (unsigned y = 0; y < bd.y; ++y)
+            for (unsigned x = 0; x < bd.x; ++x, ++i) {
+                SimThread& s = t[i];
+                s.idx = uint3{x, y, z};
+                s.tid = i;
+                s.lane = i & 31u;
+                s.warp = i >> 5;
+                s.state = ThreadState::not_started;
+                s.fctx = nullptr;
+                s.stack = {};
+                s.asan_fake = nullptr;
+            }
 }
 
 // Dynamic shared memory of one block, sized exactly (so ASan sees overruns) and poisoned with 0xFF

@@ -88,6 +88,7 @@ public:
         t_ = &threads;
         n_ = unsigned(threads.size());
         waiting_block_ = 0;
+        waiting_warp_ = 0;
         exited_ = 0;
         kernel_ = std::move(kernel);
         block_ = block;
@@ -105,6 +106,7 @@ public:
             if (waiting_block_ + exited_ == n_) release_block(released);
         } else {
             check_warp_mask(self);
+            ++waiting_warp_;
             try_release_warp(self, released);
         }
     }
@@ -113,7 +115,13 @@ public:
     void exit(SimThread& self) {
         self.state = ThreadState::exited;
         ++exited_;
+        if ((waiting_block_ | waiting_warp_) != 0) check_exit(self);  // rare: someone may wait for it
+    }
+
+private:
+    [[gnu::noinline]] void check_exit(const SimThread& self) const {
         if (waiting_block_ > 0 && waiting_block_ + exited_ == n_) divergent_block_barrier();
+        if (waiting_warp_ == 0) return;
         const unsigned base = self.warp * 32;
         for (unsigned l = 0; l < 32 && base + l < n_; ++l) {
             SimThread& o = (*t_)[base + l];
@@ -124,6 +132,7 @@ public:
         }
     }
 
+public:
     // Nothing can run and not every thread has exited: describe who waits where, and throw.
     [[noreturn]] void deadlock() {
         std::ostringstream os;
@@ -254,6 +263,7 @@ private:
             if (!(self.mask >> l & 1u)) continue;
             (*t_)[base + l].state = ThreadState::ready;
             released.push_back(base + l);
+            --waiting_warp_;
         }
     }
 
@@ -288,7 +298,7 @@ private:
     }
 
     std::vector<SimThread>* t_ = nullptr;
-    unsigned n_ = 0, waiting_block_ = 0, exited_ = 0;
+    unsigned n_ = 0, waiting_block_ = 0, waiting_warp_ = 0, exited_ = 0;
     std::string kernel_;
     uint3 block_{};
 };
