@@ -52,6 +52,22 @@ inline thread_local BlockContext* tl_block = nullptr;
 // Thrown into the OS threads of a block that another thread faulted, to unwind them quietly.
 struct BlockAborted {};
 
+// The exception in flight as a KernelFault: the sim's own faults pass through; anything else a
+// kernel threw is wrapped with the kernel, block and thread it came from.
+inline std::exception_ptr as_fault(const BlockSync& sync, const SimThread& t) {
+    const std::string who = sync.where() + ", thread (" + std::to_string(t.idx.x) + "," + std::to_string(t.idx.y) + "," +
+                            std::to_string(t.idx.z) + ")";
+    try {
+        throw;
+    } catch (const KernelFault&) {
+        return std::current_exception();
+    } catch (const std::exception& e) {
+        return std::make_exception_ptr(KernelFault(who + " threw: " + e.what()));
+    } catch (...) {
+        return std::make_exception_ptr(KernelFault(who + " threw an exception not derived from std::exception"));
+    }
+}
+
 inline std::vector<unsigned> thread_order(unsigned n, std::uint64_t seed) {
     std::vector<unsigned> order(n);
     for (unsigned i = 0; i < n; ++i) order[i] = i;
@@ -93,14 +109,23 @@ inline void init_threads(std::vector<SimThread>& t, dim3 bd) {
 // bytes (NaN as float, -1 as int) so a read of something never written shows.
 struct DynamicSmem {
     unsigned char* p = nullptr;
-    explicit DynamicSmem(std::size_t n) {
+    std::size_t rounded = 0;
+    explicit DynamicSmem(std::size_t n) : rounded((n + 127) / 128 * 128) {
         if (n) {
-            p = static_cast<unsigned char*>(std::aligned_alloc(128, (n + 127) / 128 * 128));
+            p = static_cast<unsigned char*>(std::aligned_alloc(128, rounded));
             if (!p) throw std::bad_alloc();
             std::memset(p, 0xFF, n);
+#if defined(TESSEL_SIM_ASAN)
+            __asan_poison_memory_region(p + n, rounded - n);  // the alignment padding is out of bounds too
+#endif
         }
     }
-    ~DynamicSmem() { std::free(p); }
+    ~DynamicSmem() {
+#if defined(TESSEL_SIM_ASAN)
+        if (p) __asan_unpoison_memory_region(p, rounded);
+#endif
+        std::free(p);
+    }
     DynamicSmem(const DynamicSmem&) = delete;
     DynamicSmem& operator=(const DynamicSmem&) = delete;
 };
@@ -196,9 +221,11 @@ private:
         detail::tl_thread = &t;
         try {
             launch_->invoke(launch_->args);
-            sync_.exit(t);
+            released_.clear();
+            sync_.exit(t, released_);
+            enqueue_released();
         } catch (...) {
-            if (!fault_) fault_ = std::current_exception();
+            if (!fault_) fault_ = detail::as_fault(sync_, t);
             t.state = ThreadState::exited;
         }
     }
@@ -351,17 +378,20 @@ private:
             } catch (detail::BlockAborted&) {
                 aborted = true;
             } catch (...) {
-                err = std::current_exception();
+                err = detail::as_fault(sync_, t);
             }
             lk.lock();
             if (err) abort_block(err);
             if (!aborted && !err && !fault_) {
                 --active_;
+                released_.clear();
                 try {
-                    sync_.exit(t);
+                    sync_.exit(t, released_);
                 } catch (...) {
                     abort_block(std::current_exception());
                 }
+                active_ += unsigned(released_.size());
+                if (!released_.empty()) cv_.notify_all();
                 check_progress();
             }
             t.state = ThreadState::exited;

@@ -132,18 +132,10 @@ inline int __all_sync(unsigned mask, int pred, std::source_location w = std::sou
 inline int __any_sync(unsigned mask, int pred, std::source_location w = std::source_location::current()) {
     return int(::tessel::sim::detail::sync_op(::tessel::sim::SyncKind::any, mask, 0, 0, 32, pred != 0, w));
 }
-// The lanes of the caller's warp that have not exited (the sim has no finer notion of convergence).
-inline unsigned __activemask() {
-    const auto* t = ::tessel::sim::detail::tl_thread;
-    const dim3 bd = ::tessel::sim::detail::tl_block->block_dim;
-    const unsigned n = bd.x * bd.y * bd.z, base = t->warp * 32;
-    (void)n;
-    unsigned m = 0;
-    // Threads of this warp are tracked by the executor; exited lanes are not active.
-    const auto* first = t - t->lane;
-    for (unsigned l = 0; l < 32 && base + l < n; ++l)
-        if (first[l].state != ::tessel::sim::ThreadState::exited) m |= 1u << l;
-    return m;
+// The lanes of the caller's warp that reach this call together: the sim waits until no live lane
+// of the warp is still running, then hands every lane that arrived here the set of those lanes.
+inline unsigned __activemask(std::source_location w = std::source_location::current()) {
+    return unsigned(::tessel::sim::detail::sync_op(::tessel::sim::SyncKind::activemask, 0xffffffffu, 0, 0, 32, 0, w));
 }
 
 // ---- atomics (correct across blocks on different OS threads) ------------------------------------

@@ -39,7 +39,7 @@ struct SimDevice {
     cudaDeviceProp prop{};
     std::size_t capacity = 0, used = 0;
     std::shared_ptr<CUstream_st> null_stream;
-    std::vector<CUstream_st*> blocking_streams;  // synchronise with the legacy default stream
+    std::vector<std::shared_ptr<CUstream_st>> blocking_streams;  // synchronise with the legacy default stream
 };
 
 inline std::string hex_ptr(const void* p) {
@@ -172,14 +172,15 @@ inline bool valid_stream(cudaStream_t s) {
 // Queues work on a stream with the legacy default stream's implicit ordering: work on the default
 // stream waits for every blocking stream of its device, and work on a blocking stream waits for it.
 inline std::uint64_t enqueue(CUstream_st* s, std::function<void()> task) {
-    std::vector<std::pair<CUstream_st*, std::uint64_t>> waits;
+    // shared_ptr: a waited-for stream may be destroyed before the wait runs.
+    std::vector<std::pair<std::shared_ptr<CUstream_st>, std::uint64_t>> waits;
     {
         std::lock_guard lk(rt().m);
         SimDevice& d = rt().devices[std::size_t(s->device)];
         if (s->is_null) {
-            for (CUstream_st* b : d.blocking_streams) waits.emplace_back(b, b->tail());
+            for (auto& b : d.blocking_streams) waits.emplace_back(b, b->tail());
         } else if (s->flags == cudaStreamDefault) {
-            waits.emplace_back(d.null_stream.get(), d.null_stream->tail());
+            waits.emplace_back(d.null_stream, d.null_stream->tail());
         }
     }
     std::erase_if(waits, [](auto& w) { return w.first->reached(w.second); });
@@ -206,6 +207,12 @@ inline cudaError_t check_device_range(const void* p, std::size_t n, const char* 
     return cudaSuccess;
 }
 
+inline bool is_pinned(const void* p) {
+    std::lock_guard lk(rt().m);
+    const Allocation* a = rt().find(p, 1);
+    return a && a->device < 0;
+}
+
 inline bool is_device_pointer(const void* p) {
     std::lock_guard lk(rt().m);
     const Allocation* a = rt().find(p, 1);
@@ -227,6 +234,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
         case cudaErrorNoDevice: return "cudaErrorNoDevice";
         case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
         case cudaErrorNotSupported: return "cudaErrorNotSupported";
+        case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
         default: return "cudaErrorUnknown";
     }
 }
@@ -243,6 +251,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorNoDevice: return "no CUDA-capable device is detected";
         case cudaErrorInvalidDeviceFunction: return "invalid device function";
         case cudaErrorNotSupported: return "operation not supported";
+        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
         default: return "unknown error";
     }
 }
@@ -434,13 +443,17 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cu
         dst_dev = detail::is_device_pointer(dst);
         src_dev = detail::is_device_pointer(src);
     } else if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev) {
-        return detail::fail(cudaErrorInvalidValue, "invalid cudaMemcpyKind " + std::to_string(int(kind)));
+        return detail::fail(cudaErrorInvalidMemcpyDirection, "invalid cudaMemcpyKind " + std::to_string(int(kind)));
     }
     if (dst_dev)
         if (auto e = detail::check_device_range(dst, n, "destination"); e != cudaSuccess) return e;
     if (src_dev)
         if (auto e = detail::check_device_range(src, n, "source"); e != cudaSuccess) return e;
-    detail::enqueue(detail::resolve(s), [=] { std::memmove(dst, src, n); });
+    CUstream_st* st = detail::resolve(s);
+    const std::uint64_t seq = detail::enqueue(st, [=] { std::memmove(dst, src, n); });
+    // With pageable host memory CUDA returns only once the host buffer has been read (H2D, staged)
+    // or written (D2H), so the caller may reuse it at once; the sim waits for the copy.
+    if ((!dst_dev && !detail::is_pinned(dst)) || (!src_dev && !detail::is_pinned(src))) st->wait_for(seq);
     return detail::ok();
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
@@ -470,7 +483,7 @@ inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags,
     auto stream = std::make_shared<CUstream_st>(detail::current_device, flags, std::clamp(priority, -5, 0), false);
     std::lock_guard lk(detail::rt().m);
     detail::rt().streams[stream.get()] = stream;
-    if (flags == cudaStreamDefault) detail::rt().devices[std::size_t(detail::current_device)].blocking_streams.push_back(stream.get());
+    if (flags == cudaStreamDefault) detail::rt().devices[std::size_t(detail::current_device)].blocking_streams.push_back(stream);
     *s = stream.get();
     return detail::ok();
 }
@@ -485,7 +498,7 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
             return detail::fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(" + hex_ptr(s) + "): not a live stream");
         keep = it->second;
         detail::rt().streams.erase(it);
-        std::erase(detail::rt().devices[std::size_t(keep->device)].blocking_streams, keep.get());
+        std::erase(detail::rt().devices[std::size_t(keep->device)].blocking_streams, keep);
     }
     // As in CUDA, queued work still completes; here the destroying thread waits for it.
     keep->wait_for(keep->tail());
@@ -517,6 +530,15 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return ::tessel::sim::api::cudaEventCreateWithFlags(e, cudaEventDefault); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(nullptr)");
+    // A pending record still writes the event; CUDA defers the release, the sim waits for it.
+    std::shared_ptr<CUstream_st> s;
+    std::uint64_t seq = 0;
+    {
+        std::lock_guard lk(e->m);
+        s = e->stream;
+        seq = e->seq;
+    }
+    if (s) s->wait_for(seq);
     delete e;
     return detail::ok();
 }
@@ -561,7 +583,7 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
     for (cudaEvent_t e : {start, end}) {
         std::lock_guard lk(e->m);
         if (!e->stream) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
-        if (!e->stream->reached(e->seq)) return cudaErrorNotReady;
+        if (!e->stream->reached(e->seq)) return detail::fail(cudaErrorNotReady, "an event has not completed yet");
     }
     std::scoped_lock lk(start->m, end->m);
     *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
@@ -584,7 +606,8 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned =
 inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return detail::ok();  // others have no effect in the sim
     const cudaDeviceProp& p = detail::rt().devices[std::size_t(detail::current_device)].prop;
-    if (value < 0 || std::size_t(value) > p.sharedMemPerBlockOptin)
+    if (value < 0) return detail::fail(cudaErrorInvalidValue, "cudaFuncAttributeMaxDynamicSharedMemorySize " + std::to_string(value) + " is negative");
+    if (std::size_t(value) > p.sharedMemPerBlockOptin)
         return detail::fail(cudaErrorInvalidValue, "cudaFuncAttributeMaxDynamicSharedMemorySize " + std::to_string(value) +
                                                        " exceeds the device's opt-in maximum of " +
                                                        std::to_string(p.sharedMemPerBlockOptin) + " bytes");
@@ -615,7 +638,7 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
     {
         std::lock_guard lk(detail::rt().m);
         if (auto it = detail::rt().max_dynamic_smem.find(func); it != detail::rt().max_dynamic_smem.end())
-            limit = std::max<std::size_t>(limit, std::size_t(it->second));
+            limit = std::size_t(it->second);
     }
     if (smem > limit)
         return detail::fail(cudaErrorInvalidValue,
@@ -634,6 +657,8 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
             WorkerPool::instance().run_grid(*call);
         } catch (const std::exception& e) {
             st->fail(cudaErrorLaunchFailure, std::string(e.what()) + (call->launch_site.empty() ? "" : " (launched at " + call->launch_site + ")"));
+        } catch (...) {
+            st->fail(cudaErrorLaunchFailure, "sim: kernel " + call->kernel_name + " failed with an unknown exception");
         }
     });
     return detail::ok();

@@ -30,7 +30,8 @@ public:
 // Which synchronisation a thread is waiting at.
 enum class SyncKind : std::uint8_t {
     syncthreads, syncthreads_count, syncthreads_and, syncthreads_or,  // block barriers
-    syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, all, any  // warp collectives
+    syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, all, any,  // warp collectives
+    activemask  // the lanes of the warp that reach this point together
 };
 
 inline bool is_block_barrier(SyncKind k) { return k <= SyncKind::syncthreads_or; }
@@ -49,6 +50,7 @@ inline const char* sync_name(SyncKind k) {
         case SyncKind::ballot: return "__ballot_sync";
         case SyncKind::all: return "__all_sync";
         case SyncKind::any: return "__any_sync";
+        case SyncKind::activemask: return "__activemask";
     }
     return "?";
 }
@@ -92,6 +94,14 @@ public:
         exited_ = 0;
         kernel_ = std::move(kernel);
         block_ = block;
+        // Lanes past the end of a partial last warp never exist; they count as exited from the start.
+        gone_.assign((n_ + 31) / 32, 0u);
+        if (n_ % 32) gone_.back() = ~((1u << (n_ % 32)) - 1u);
+    }
+
+    // "sim: kernel K, block (x,y,z)": the context every fault message starts with.
+    std::string where() const {
+        return concat("sim: kernel ", kernel_, ", block (", block_.x, ',', block_.y, ',', block_.z, ")");
     }
 
     unsigned exited() const { return exited_; }
@@ -105,31 +115,35 @@ public:
             ++waiting_block_;
             if (waiting_block_ + exited_ == n_) release_block(released);
         } else {
-            check_warp_mask(self);
             ++waiting_warp_;
-            try_release_warp(self, released);
+            if (self.kind != SyncKind::activemask) {
+                check_warp_mask(self);
+                try_release_warp(self, released);
+            }
         }
+        if (waiting_warp_ != 0) try_release_activemask(self.warp, released);
     }
 
-    // Thread `self` returned from the kernel.
-    void exit(SimThread& self) {
+    // Thread `self` returned from the kernel. CUDA's warp collectives leave exited lanes out, so an
+    // exit can complete a group that was waiting for this lane.
+    void exit(SimThread& self, std::vector<unsigned>& released) {
         self.state = ThreadState::exited;
         ++exited_;
-        if ((waiting_block_ | waiting_warp_) != 0) check_exit(self);  // rare: someone may wait for it
+        gone_[self.warp] |= 1u << self.lane;
+        if ((waiting_block_ | waiting_warp_) != 0) check_exit(self, released);  // rare: someone may wait for it
     }
 
 private:
-    [[gnu::noinline]] void check_exit(const SimThread& self) const {
+    [[gnu::noinline]] void check_exit(const SimThread& self, std::vector<unsigned>& released) {
         if (waiting_block_ > 0 && waiting_block_ + exited_ == n_) divergent_block_barrier();
-        if (waiting_warp_ == 0) return;
         const unsigned base = self.warp * 32;
-        for (unsigned l = 0; l < 32 && base + l < n_; ++l) {
-            SimThread& o = (*t_)[base + l];
-            if (o.state == ThreadState::waiting && !is_block_barrier(o.kind) && (o.mask >> self.lane & 1u))
-                fault(concat("thread ", o.tid, " (warp ", o.warp, " lane ", o.lane, ") waits at ", sync_name(o.kind),
-                             " with mask ", hex(o.mask), " at ", site_text(o.site), ", but lane ", self.lane,
-                             " named in that mask exited without arriving"));
+        for (unsigned l = 0; l < 32 && waiting_warp_ != 0; ++l) {
+            SimThread* o = base + l < n_ ? &(*t_)[base + l] : nullptr;
+            if (o && o->state == ThreadState::waiting && !is_block_barrier(o->kind) && o->kind != SyncKind::activemask &&
+                (o->mask >> self.lane & 1u))
+                try_release_warp(*o, released);
         }
+        if (waiting_warp_ != 0) try_release_activemask(self.warp, released);
     }
 
 public:
@@ -150,8 +164,7 @@ public:
     }
 
     [[noreturn]] void fault(const std::string& what) const {
-        throw KernelFault(concat("sim: kernel ", kernel_, ", block (", block_.x, ',', block_.y, ',', block_.z,
-                                 "): ", what));
+        throw KernelFault(where() + ": " + what);
     }
 
 private:
@@ -184,20 +197,10 @@ private:
         return s + " " + site_text(t.site);
     }
 
-    unsigned lanes_in_warp(unsigned warp) const {
-        const unsigned base = warp * 32;
-        return n_ - base < 32 ? n_ - base : 32;
-    }
-
     void check_warp_mask(const SimThread& self) const {
         if (!(self.mask >> self.lane & 1u))
             fault(concat(sync_name(self.kind), " at ", site_text(self.site), " called by thread ", self.tid, " (lane ",
                          self.lane, ") with mask ", hex(self.mask), " that does not include the calling lane"));
-        const unsigned lanes = lanes_in_warp(self.warp);
-        if (lanes < 32 && (self.mask >> lanes) != 0)
-            fault(concat(sync_name(self.kind), " at ", site_text(self.site), " with mask ", hex(self.mask),
-                         " names lanes that do not exist: warp ", self.warp, " has only ", lanes,
-                         " threads (blockDim is not a multiple of 32)"));
         if (self.kind >= SyncKind::shfl_idx && self.kind <= SyncKind::shfl_xor &&
             (self.width < 1 || self.width > 32 || (self.width & (self.width - 1)) != 0))
             fault(concat(sync_name(self.kind), " at ", site_text(self.site), ": width ", self.width,
@@ -234,45 +237,74 @@ private:
     [[noreturn]] void divergent_block_barrier() const {
         const SimThread* w = nullptr;
         std::string exited;
+        unsigned at_w = 0;
         for (unsigned i = 0; i < n_; ++i) {
             const SimThread& o = (*t_)[i];
             if (o.state == ThreadState::waiting && is_block_barrier(o.kind) && !w) w = &o;
+            if (w && o.state == ThreadState::waiting && o.kind == w->kind && same_site(o.site, w->site)) ++at_w;
             if (o.state == ThreadState::exited && exited.size() < 60) exited += (exited.empty() ? "" : ",") + std::to_string(i);
         }
         fault(concat("divergent ", sync_name(w->kind), " at ", site_text(w->site), " (in ", w->site.function_name(),
-                     "): ", waiting_block_, " of ", n_, " threads wait there while ", exited_,
+                     "): ", at_w, " of ", n_, " threads wait there while ", exited_,
                      " exited without reaching it (e.g. threads ", exited, "); every thread of a block must reach the same barrier"));
     }
 
+    // Releases the group `self` waits in once every lane of its mask that has not exited waits in the
+    // same collective with the same mask (CUDA's rule: exited lanes are left out).
     void try_release_warp(SimThread& self, std::vector<unsigned>& released) {
         const unsigned base = self.warp * 32;
+        const unsigned group = self.mask & ~gone_[self.warp];
+        const SyncKind kind = self.kind;
+        const unsigned mask = self.mask;
         for (unsigned l = 0; l < 32; ++l) {
-            if (!(self.mask >> l & 1u)) continue;
+            if (!(group >> l & 1u)) continue;
             const SimThread& o = (*t_)[base + l];
-            if (o.state == ThreadState::exited)
-                fault(concat(sync_name(self.kind), " at ", site_text(self.site), " by thread ", self.tid, " with mask ",
-                             hex(self.mask), " names lane ", l, ", which exited without arriving"));
-            if (o.state != ThreadState::waiting || o.kind != self.kind || o.mask != self.mask) return;
+            if (o.state != ThreadState::waiting || o.kind != kind || o.mask != mask) return;
         }
+        for (unsigned l = 0; l < 32; ++l)
+            if (group >> l & 1u) (*t_)[base + l].result = collective_result((*t_)[base + l], base, group);
         for (unsigned l = 0; l < 32; ++l) {
-            if (!(self.mask >> l & 1u)) continue;
-            SimThread& o = (*t_)[base + l];
-            o.result = collective_result(o, base);
-        }
-        for (unsigned l = 0; l < 32; ++l) {
-            if (!(self.mask >> l & 1u)) continue;
+            if (!(group >> l & 1u)) continue;
             (*t_)[base + l].state = ThreadState::ready;
             released.push_back(base + l);
             --waiting_warp_;
         }
     }
 
-    std::uint64_t collective_result(const SimThread& me, unsigned base) const {
-        const unsigned l = me.lane, mask = me.mask;
+    // __activemask: once no live lane of the warp is still running, the lanes waiting at one
+    // __activemask call site are the ones that arrived there together; each receives that set.
+    void try_release_activemask(unsigned warp, std::vector<unsigned>& released) {
+        const unsigned base = warp * 32;
+        unsigned arrived = 0;
+        for (unsigned l = 0; l < 32; ++l) {
+            if (gone_[warp] >> l & 1u) continue;
+            const SimThread& o = (*t_)[base + l];
+            if (o.state != ThreadState::waiting) return;
+            if (o.kind == SyncKind::activemask) arrived |= 1u << l;
+        }
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!(arrived >> l & 1u)) continue;
+            SimThread& o = (*t_)[base + l];
+            unsigned together = 0;
+            for (unsigned k = 0; k < 32; ++k)
+                if ((arrived >> k & 1u) && same_site((*t_)[base + k].site, o.site)) together |= 1u << k;
+            o.result = together;
+        }
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!(arrived >> l & 1u)) continue;
+            (*t_)[base + l].state = ThreadState::ready;
+            released.push_back(base + l);
+            --waiting_warp_;
+        }
+    }
+
+    std::uint64_t collective_result(const SimThread& me, unsigned base, unsigned group) const {
+        const unsigned l = me.lane, mask = group;
         const unsigned w = unsigned(me.width);
         auto from = [&](unsigned src) -> std::uint64_t {
-            // Reading a lane outside the mask is undefined in CUDA; the sim returns the caller's own value.
-            if (src >= 32 || !(mask >> src & 1u)) return me.value;
+            // Reading a lane that is not taking part (outside the mask, or exited) is undefined in CUDA;
+            // the sim hands back all-one bits (NaN, -1) so the read shows.
+            if (src >= 32 || !(mask >> src & 1u)) return ~std::uint64_t(0);
             return (*t_)[base + src].value;
         };
         switch (me.kind) {
@@ -298,6 +330,7 @@ private:
     }
 
     std::vector<SimThread>* t_ = nullptr;
+    std::vector<unsigned> gone_;  // per warp: lanes exited or never present
     unsigned n_ = 0, waiting_block_ = 0, waiting_warp_ = 0, exited_ = 0;
     std::string kernel_;
     uint3 block_{};
