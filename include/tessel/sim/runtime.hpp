@@ -530,15 +530,7 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return ::tessel::sim::api::cudaEventCreateWithFlags(e, cudaEventDefault); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(nullptr)");
-    // A pending record still writes the event; CUDA defers the release, the sim waits for it.
-    std::shared_ptr<CUstream_st> s;
-    std::uint64_t seq = 0;
-    {
-        std::lock_guard lk(e->m);
-        s = e->stream;
-        seq = e->seq;
-    }
-    if (s) s->wait_for(seq);
+    e->wait();  // a pending record still writes the event; CUDA defers the release, the sim waits
     delete e;
     return detail::ok();
 }
@@ -567,14 +559,7 @@ inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     return cudaErrorNotReady;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    std::shared_ptr<CUstream_st> s;
-    std::uint64_t seq = 0;
-    {
-        std::lock_guard lk(e->m);
-        s = e->stream;
-        seq = e->seq;
-    }
-    if (s) s->wait_for(seq);
+    e->wait();
     return detail::ok();
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -591,13 +576,7 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
-    std::shared_ptr<CUstream_st> src;
-    std::uint64_t seq = 0;
-    {
-        std::lock_guard lk(e->m);
-        src = e->stream;
-        seq = e->seq;
-    }
+    auto [src, seq] = e->position();
     if (src && !src->reached(seq)) detail::enqueue(detail::resolve(s), [src, seq] { src->wait_for(seq); });
     return detail::ok();
 }

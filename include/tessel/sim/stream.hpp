@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 // The sim's definitions of the CUDA runtime's opaque handle types (driver_types.h only declares them).
 struct CUstream_st {
@@ -105,4 +106,15 @@ struct CUevent_st {
     std::uint64_t seq = 0;
     std::uint64_t record_id = 0;
     std::chrono::steady_clock::time_point time{};
+
+    // Where the event was last recorded: the stream and the task it waits for.
+    std::pair<std::shared_ptr<CUstream_st>, std::uint64_t> position() {
+        std::lock_guard lk(m);
+        return {stream, seq};
+    }
+    // Blocks until the last record has been reached (at once if never recorded).
+    void wait() {
+        auto [s, at] = position();
+        if (s) s->wait_for(at);
+    }
 };
