@@ -28,6 +28,19 @@ inline void* malloc_device(std::size_t bytes) {
 }
 inline void free_device(void* p) { TESSEL_CUDA_CHECK(api::cudaFree(p)); }
 
+// Device memory from the runtime, or nullptr when it has none left (the caching allocator then
+// frees its cache and retries). Other failures still throw.
+inline void* try_malloc_device(std::size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = api::cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)api::cudaGetLastError();
+        return nullptr;
+    }
+    check(e, "cudaMalloc");
+    return p;
+}
+
 inline void* malloc_pinned(std::size_t bytes) {
     void* p = nullptr;
     TESSEL_CUDA_CHECK(api::cudaMallocHost(&p, bytes));

@@ -1,0 +1,66 @@
+// Settings of the caching device allocator, from TESSEL_ALLOC_CONF (read once) and set_memory_fraction.
+//   TESSEL_ALLOC_CONF="max_split_size_mb:256,backend:async,roundup_bytes:512"
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "../core/error.hpp"
+
+namespace tessel::memory {
+
+// Which allocator serves device memory.
+enum class Backend {
+    native,  // tessel's caching allocator over cudaMalloc (the default)
+    async,   // the driver's stream-ordered pools (cudaMallocAsync)
+};
+
+// The allocator's tunables (the defaults follow PyTorch's CUDACachingAllocator).
+struct AllocatorConfig {
+    // Blocks at least this large are never split for smaller requests, so big cached blocks are not
+    // carved into slivers; unlimited by default.
+    std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
+    Backend backend = Backend::native;
+
+    static AllocatorConfig parse(const std::string& text);
+    static const AllocatorConfig& from_env();
+};
+
+inline AllocatorConfig AllocatorConfig::parse(const std::string& text) {
+    AllocatorConfig c;
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const auto colon = item.find(':');
+        require(colon != std::string::npos, "TESSEL_ALLOC_CONF: '", item, "' is not key:value (e.g. max_split_size_mb:256)");
+        const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
+        if (key == "max_split_size_mb") {
+            char* end = nullptr;
+            const unsigned long long mb = std::strtoull(value.c_str(), &end, 10);
+            require(end && *end == '\0' && mb > 0, "TESSEL_ALLOC_CONF: max_split_size_mb must be a positive integer, not '",
+                    value, "'");
+            c.max_split_size = std::size_t(mb) << 20;
+        } else if (key == "backend") {
+            if (value == "native") c.backend = Backend::native;
+            else if (value == "async" || value == "cudaMallocAsync") c.backend = Backend::async;
+            else fail<InvalidArgument>("TESSEL_ALLOC_CONF: backend must be native or async, not '", value, "'");
+        } else {
+            fail<InvalidArgument>("TESSEL_ALLOC_CONF: unknown key '", key, "' (known: max_split_size_mb, backend)");
+        }
+    }
+    return c;
+}
+
+inline const AllocatorConfig& AllocatorConfig::from_env() {
+    static const AllocatorConfig c = [] {
+        const char* v = std::getenv("TESSEL_ALLOC_CONF");
+        return v ? parse(v) : AllocatorConfig{};
+    }();
+    return c;
+}
+
+}  // namespace tessel::memory
