@@ -1,0 +1,133 @@
+// Streams and events as values: Stream (shared ownership of a CUDA stream, or the default stream),
+// Event (timing or not), and the current stream of each device on each host thread.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "../runtime/device.hpp"
+#include "../runtime/rt.hpp"
+
+namespace tessel {
+
+class Event;
+
+// How Stream::create makes a stream.
+struct StreamOptions {
+    bool non_blocking = true;  // false: synchronises with the legacy default stream
+    int priority = 0;          // lower is higher priority (cudaDeviceGetStreamPriorityRange)
+};
+
+// A CUDA stream of a device. Copies share the stream; the last copy destroys it. The default
+// stream (Stream::default_stream) is never destroyed.
+class Stream {
+public:
+    // The default stream of the current device.
+    Stream() : Stream(default_stream(current_device())) {}
+
+    static Stream create(StreamOptions o = {}, Device d = current_device()) {
+        DeviceGuard g(d);
+        rt::stream_t s = rt::stream_create(o.non_blocking, o.priority);
+        return Stream(std::shared_ptr<CUstream_st>(s, [d](rt::stream_t h) {
+            DeviceGuard g2(d);
+            rt::stream_destroy(h);
+        }), d, o.priority);
+    }
+    static Stream default_stream(Device d) { return Stream(nullptr, d, 0); }
+
+    rt::stream_t handle() const { return handle_.get(); }
+    Device device() const { return device_; }
+    int priority() const { return priority_; }
+    bool is_default() const { return handle_ == nullptr; }
+
+    void synchronize() const { rt::stream_synchronize(handle()); }
+    // True when all queued work has finished.
+    bool query() const { return rt::stream_query(handle()); }
+    // Work queued on this stream after this call waits for `e`.
+    inline void wait(const Event& e) const;
+
+    friend bool operator==(const Stream& a, const Stream& b) { return a.handle() == b.handle() && a.device_ == b.device_; }
+
+private:
+    Stream(std::shared_ptr<CUstream_st> h, Device d, int prio) : handle_(std::move(h)), device_(d), priority_(prio) {}
+    std::shared_ptr<CUstream_st> handle_;
+    Device device_;
+    int priority_ = 0;
+};
+
+// A CUDA event: a point in a stream that other streams and the host can wait for, and time.
+class Event {
+public:
+    explicit Event(bool timing = true, Device d = current_device()) : device_(d), timing_(timing) {
+        DeviceGuard g(d);
+        event_ = rt::event_create(timing);
+    }
+    ~Event() {
+        if (event_) (void)rt::api::cudaEventDestroy(event_);
+    }
+    Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)), device_(o.device_), timing_(o.timing_) {}
+    Event& operator=(Event&& o) noexcept {
+        std::swap(event_, o.event_);
+        device_ = o.device_;
+        timing_ = o.timing_;
+        return *this;
+    }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+
+    void record(const Stream& s) {
+        require(s.device() == device_, "Event::record: the event belongs to device ", device_.index,
+                " but the stream to device ", s.device().index);
+        rt::event_record(event_, s.handle());
+    }
+    void synchronize() const { rt::event_synchronize(event_); }
+    bool query() const { return rt::event_query(event_); }
+    // Milliseconds from this event to `end`; both must have completed and have timing enabled.
+    float elapsed_ms(const Event& end) const {
+        require(timing_ && end.timing_, "Event::elapsed_ms: both events need timing (Event(true))");
+        return rt::event_elapsed_ms(event_, end.event_);
+    }
+    rt::event_t handle() const { return event_; }
+    Device device() const { return device_; }
+
+private:
+    rt::event_t event_ = nullptr;
+    Device device_;
+    bool timing_;
+};
+
+inline void Stream::wait(const Event& e) const { rt::stream_wait_event(handle(), e.handle()); }
+
+namespace detail {
+inline std::vector<Stream>& current_streams() {
+    static thread_local std::vector<Stream> streams;  // per device; default stream when unset
+    return streams;
+}
+}  // namespace detail
+
+// The stream ops use on device `d` when none is given: per host thread, the default stream until set.
+inline Stream current_stream(Device d = current_device()) {
+    auto& v = detail::current_streams();
+    if (std::size_t(d.index) < v.size()) return v[std::size_t(d.index)];
+    return Stream::default_stream(d);
+}
+inline void set_current_stream(const Stream& s) {
+    auto& v = detail::current_streams();
+    while (v.size() <= std::size_t(s.device().index)) v.push_back(Stream::default_stream(Device{int(v.size())}));
+    v[std::size_t(s.device().index)] = s;
+}
+
+// Makes `s` the current stream of its device for the guard's lifetime.
+class StreamGuard {
+public:
+    explicit StreamGuard(const Stream& s) : previous_(current_stream(s.device())) { set_current_stream(s); }
+    ~StreamGuard() { set_current_stream(previous_); }
+    StreamGuard(const StreamGuard&) = delete;
+    StreamGuard& operator=(const StreamGuard&) = delete;
+
+private:
+    Stream previous_;
+};
+
+}  // namespace tessel

@@ -1,0 +1,89 @@
+// The element types a Tensor can hold, and what tessel needs to know of each: its DType tag, name,
+// size, whether it is floating point, and the type arithmetic on it accumulates in.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace tessel {
+
+// A tensor's element type, as a runtime value.
+enum class DType : std::uint8_t { f64, f32, f16, bf16, f8_e4m3, f8_e5m2, i8, u8, i32, i64, boolean };
+
+// Compile-time facts about an element type T; specialised for every supported type only.
+template <class T>
+struct dtype_traits;
+
+#define TESSEL_DTYPE(T, tag, label, floating, Acc)                   \
+    template <>                                                      \
+    struct dtype_traits<T> {                                         \
+        static constexpr DType dtype = DType::tag;                   \
+        static constexpr std::string_view name = label;              \
+        static constexpr bool is_floating = floating;                \
+        using accumulate_type = Acc;                                 \
+    };
+TESSEL_DTYPE(double, f64, "float64", true, double)
+TESSEL_DTYPE(float, f32, "float32", true, float)
+TESSEL_DTYPE(__half, f16, "float16", true, float)
+TESSEL_DTYPE(__nv_bfloat16, bf16, "bfloat16", true, float)
+TESSEL_DTYPE(__nv_fp8_e4m3, f8_e4m3, "float8_e4m3", true, float)
+TESSEL_DTYPE(__nv_fp8_e5m2, f8_e5m2, "float8_e5m2", true, float)
+TESSEL_DTYPE(std::int8_t, i8, "int8", false, std::int32_t)
+TESSEL_DTYPE(std::uint8_t, u8, "uint8", false, std::int32_t)
+TESSEL_DTYPE(std::int32_t, i32, "int32", false, std::int64_t)
+TESSEL_DTYPE(std::int64_t, i64, "int64", false, std::int64_t)
+TESSEL_DTYPE(bool, boolean, "bool", false, std::int64_t)
+#undef TESSEL_DTYPE
+
+// True for the element types Tensor supports.
+template <class T>
+concept Element = requires { dtype_traits<T>::dtype; };
+
+template <Element T>
+inline constexpr DType dtype_of = dtype_traits<T>::dtype;
+template <Element T>
+using accumulate_t = typename dtype_traits<T>::accumulate_type;
+
+inline constexpr std::string_view dtype_name(DType d) {
+    switch (d) {
+        case DType::f64: return "float64";
+        case DType::f32: return "float32";
+        case DType::f16: return "float16";
+        case DType::bf16: return "bfloat16";
+        case DType::f8_e4m3: return "float8_e4m3";
+        case DType::f8_e5m2: return "float8_e5m2";
+        case DType::i8: return "int8";
+        case DType::u8: return "uint8";
+        case DType::i32: return "int32";
+        case DType::i64: return "int64";
+        case DType::boolean: return "bool";
+    }
+    return "?";
+}
+inline constexpr std::size_t dtype_size(DType d) {
+    switch (d) {
+        case DType::f64:
+        case DType::i64: return 8;
+        case DType::f32:
+        case DType::i32: return 4;
+        case DType::f16:
+        case DType::bf16: return 2;
+        default: return 1;
+    }
+}
+
+// Value conversions through float for the reduced-precision types (their constructors take float).
+template <class To, class From>
+To convert(From v) {
+    if constexpr (std::is_same_v<To, From>) return v;
+    else if constexpr (dtype_traits<From>::is_floating && !std::is_arithmetic_v<From>) return convert<To>(float(v));
+    else if constexpr (!std::is_arithmetic_v<To>) return To(float(v));
+    else return static_cast<To>(v);
+}
+
+}  // namespace tessel

@@ -1,0 +1,347 @@
+// Tensor<T>: an N-d array (rank 0..8) in device, host or pinned memory: a Layout (shape, strides in
+// elements, offset) over refcounted Storage. Copies are cheap views of the same memory; clone()
+// copies the data. Views never copy; reshape() copies only when a view is impossible.
+#pragma once
+
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../stream/stream.hpp"
+#include "dtype.hpp"
+#include "layout.hpp"
+#include "storage.hpp"
+
+namespace tessel {
+
+// Where and on which stream a new tensor is made.
+struct TensorOptions {
+    MemorySpace space = MemorySpace::device;
+    std::optional<Device> device = {};        // default: the current device
+    std::optional<rt::stream_t> stream = {};  // default: the current stream of that device
+
+    Device resolved_device() const { return device ? *device : current_device(); }
+    rt::stream_t resolved_stream() const { return stream ? *stream : current_stream(resolved_device()).handle(); }
+};
+
+template <Element T>
+class Tensor {
+public:
+    using value_type = T;
+
+    Tensor() = default;  // undefined: no storage; most operations throw
+    Tensor(std::shared_ptr<Storage> storage, Layout layout) : storage_(std::move(storage)), layout_(std::move(layout)) {
+        require(storage_ != nullptr, "Tensor: no storage");
+        require(layout_.fits_in(std::int64_t(storage_->bytes() / sizeof(T))), "Tensor: layout ", layout_.to_string(),
+                " reaches outside its storage of ", storage_->bytes() / sizeof(T), " ", dtype_traits<T>::name, " elements");
+    }
+
+    // ---- what it is ----
+    bool defined() const { return storage_ != nullptr; }
+    const Shape& shape() const { return layout_.shape; }
+    const Shape& strides() const { return layout_.strides; }
+    std::int64_t offset() const { return layout_.offset; }
+    const Layout& layout() const { return layout_; }
+    int dim() const { return layout_.rank(); }
+    std::int64_t numel() const { return layout_.numel(); }
+    std::int64_t size(int d) const { return layout_.shape[wrap(d)]; }
+    static constexpr DType dtype() { return dtype_of<T>; }
+    Device device() const { return need().device(); }
+    MemorySpace space() const { return need().space(); }
+    bool is_contiguous() const { return layout_.is_contiguous(); }
+    const std::shared_ptr<Storage>& storage() const { return storage_; }
+    // The first element (strides and offset apply from there).
+    T* data() const { return static_cast<T*>(need().data()) + layout_.offset; }
+
+    // ---- views: the same memory, another layout ----
+    Tensor slice(int d, std::int64_t start, std::int64_t stop, std::int64_t step = 1) const { return with(layout_.slice(d, start, stop, step)); }
+    Tensor narrow(int d, std::int64_t start, std::int64_t length) const { return with(layout_.narrow(d, start, length)); }
+    Tensor select(int d, std::int64_t index) const { return with(layout_.select(d, index)); }
+    Tensor permute(std::initializer_list<int> dims) const { return with(layout_.permute(dims)); }
+    Tensor transpose(int d0, int d1) const { return with(layout_.transpose(d0, d1)); }
+    Tensor unsqueeze(int d) const { return with(layout_.unsqueeze(d)); }
+    Tensor squeeze() const { return with(layout_.squeeze()); }
+    Tensor squeeze(int d) const { return with(layout_.squeeze(d)); }
+    Tensor expand(const Shape& s) const { return with(layout_.expand(s)); }
+    Tensor broadcast_to(const Shape& s) const { return with(layout_.expand(s)); }
+    // A view with another shape; throws InvalidArgument when the strides make that impossible.
+    Tensor view(const Shape& s) const { return with(layout_.view_or_throw(s)); }
+    // view() when possible, otherwise a contiguous copy with the new shape (so it may copy).
+    Tensor reshape(const Shape& s, rt::stream_t stream = nullptr) const {
+        if (auto v = layout_.view(s)) return with(*v);
+        return contiguous(stream).view(s);
+    }
+
+    // ---- copies ----
+    // The same data in new contiguous memory in `o.space` (on `o.device`), ordered on `o.stream`.
+    Tensor to(TensorOptions o) const;
+    Tensor to(MemorySpace space) const { return to(TensorOptions{.space = space, .device = device()}); }
+    Tensor to_host() const { return to(MemorySpace::host); }
+    Tensor clone(rt::stream_t stream = nullptr) const {
+        return to(TensorOptions{.space = space(), .device = device(), .stream = stream});
+    }
+    // This tensor if it is contiguous, else a contiguous copy in the same memory space.
+    Tensor contiguous(rt::stream_t stream = nullptr) const { return is_contiguous() ? *this : clone(stream); }
+    // The values as another element type (a new tensor in the same space).
+    template <Element U>
+    Tensor<U> to_dtype() const;
+
+    // ---- host element access (host or pinned tensors) ----
+    T& operator()(std::initializer_list<std::int64_t> index) const {
+        require(space() != MemorySpace::device, "element access needs a host tensor, this one is in device memory: ",
+                "call to_host() first");
+        require(std::int64_t(index.size()) == dim(), "element access with ", index.size(), " indices into a tensor of rank ",
+                dim(), " (shape ", shape().to_string(), ")");
+        int d = 0;
+        for (std::int64_t i : index) {
+            require(i >= 0 && i < layout_.shape[d], "index ", i, " out of range for dimension ", d, " of size ",
+                    layout_.shape[d], " (shape ", shape().to_string(), ")");
+            ++d;
+        }
+        return static_cast<T*>(need().data())[layout_.offset_of(std::span<const std::int64_t>(index.begin(), index.size()))];
+    }
+    // The single value of a one-element tensor (copied to the host if needed).
+    T item() const {
+        require(numel() == 1, "item() needs exactly one element, the tensor has ", numel(), " (shape ", shape().to_string(), ")");
+        T v;
+        rt::memcpy(&v, data(), sizeof(T));
+        return v;
+    }
+    // All values in row-major order, on the host.
+    std::vector<T> to_vector() const {
+        Tensor h = to_host();
+        const T* p = h.data();
+        return std::vector<T>(p, p + h.numel());
+    }
+
+    // PyTorch-style text: dtype, shape, space and device, and the values (corners only when large).
+    std::string to_string(int edge = 3) const;
+
+private:
+    const Storage& need() const {
+        require(storage_ != nullptr, "operation on an undefined (default-constructed) tensor");
+        return *storage_;
+    }
+    Tensor with(Layout l) const {
+        need();
+        return Tensor(storage_, std::move(l));
+    }
+    int wrap(int d) const {
+        const int n = dim();
+        require(d >= -n && d < n, "dimension ", d, " out of range for a tensor of rank ", n, " (shape ", shape().to_string(), ")");
+        return d < 0 ? d + n : d;
+    }
+
+    std::shared_ptr<Storage> storage_;
+    Layout layout_;
+};
+
+namespace detail {
+// A host array of n T (std::vector<bool> has no data(), so staging buffers use this).
+template <class T>
+struct HostArray {
+    std::size_t n;
+    std::unique_ptr<T[]> p;
+    explicit HostArray(std::size_t count) : n(count), p(new T[count]) {}
+    T* data() { return p.get(); }
+    std::span<const T> span() const { return {p.get(), n}; }
+};
+}  // namespace detail
+
+// ---- factories ----------------------------------------------------------------------------------
+
+// Uninitialised memory for `shape` (device memory holds whatever was there: poison before reading).
+template <Element T>
+Tensor<T> empty(const Shape& shape, TensorOptions o = {}) {
+    const Layout l = Layout::contiguous(shape);
+    const std::int64_t n = l.numel();
+    require(std::uint64_t(n) <= std::numeric_limits<std::size_t>::max() / sizeof(T), "empty: ", n, " elements of ",
+            dtype_traits<T>::name, " overflow the byte count");
+    return Tensor<T>(Storage::allocate(std::size_t(n) * sizeof(T), o.space, o.resolved_device(), o.resolved_stream()), l);
+}
+
+// Zero-filled: every supported type's zero is all-zero bytes.
+template <Element T>
+Tensor<T> zeros(const Shape& shape, TensorOptions o = {}) {
+    Tensor<T> t = empty<T>(shape, o);
+    const std::size_t bytes = std::size_t(t.numel()) * sizeof(T);
+    if (t.space() == MemorySpace::device) rt::memset_async(t.data(), 0, bytes, o.resolved_stream());
+    else if (bytes) std::memset(t.data(), 0, bytes);
+    return t;
+}
+
+// A contiguous tensor holding `values` (row-major), copied from the host.
+template <Element T>
+Tensor<T> from_host(std::span<const T> values, const Shape& shape, TensorOptions o = {}) {
+    const std::int64_t n = Layout::contiguous(shape).numel();
+    require(std::int64_t(values.size()) == n, "from_host: ", values.size(), " values for shape ", shape.to_string(),
+            " which has ", n, " elements");
+    Tensor<T> t = empty<T>(shape, o);
+    if (n == 0) return t;
+    if (t.space() == MemorySpace::device) {
+        rt::memcpy_async(t.data(), values.data(), values.size_bytes(), o.resolved_stream());  // pageable: returns after reading
+    } else {
+        std::memcpy(t.data(), values.data(), values.size_bytes());
+    }
+    return t;
+}
+template <Element T>
+Tensor<T> from_host(std::initializer_list<T> values, const Shape& shape, TensorOptions o = {}) {
+    return from_host<T>(std::span<const T>(values.begin(), values.size()), shape, o);
+}
+
+// Every element `value`.
+template <Element T>
+Tensor<T> full(const Shape& shape, T value, TensorOptions o = {}) {
+    detail::HostArray<T> h(static_cast<std::size_t>(Layout::contiguous(shape).numel()));
+    std::fill(h.data(), h.data() + h.n, value);
+    return from_host<T>(h.span(), shape, o);
+}
+template <Element T>
+Tensor<T> ones(const Shape& shape, TensorOptions o = {}) {
+    return full<T>(shape, convert<T>(1), o);
+}
+// start, start+step, ... below stop (a 1-d tensor).
+template <Element T>
+Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o = {}) {
+    require(step != 0.0, "arange: step must not be 0");
+    const double count = std::ceil((stop - start) / step);
+    const std::int64_t n = count > 0 ? std::int64_t(count) : 0;
+    detail::HostArray<T> h(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(start + double(i) * step);
+    return from_host<T>(h.span(), Shape{n}, o);
+}
+
+// A tensor over memory tessel does not own. `deleter` (may be empty) runs when the last view goes.
+template <Element T>
+Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device device = Device{0},
+                    Storage::Deleter deleter = {}, std::optional<Shape> strides = std::nullopt) {
+    const Layout l = strides ? Layout::strided(shape, *strides) : Layout::contiguous(shape);
+    const auto extent = l.extent();
+    const std::int64_t elements = extent ? extent->highest + 1 : 0;
+    require(!extent || extent->lowest >= 0, "from_blob: strides ", l.strides.to_string(), " reach before the pointer");
+    return Tensor<T>(Storage::wrap(data, std::size_t(elements) * sizeof(T), space, device, std::move(deleter)), l);
+}
+
+// ---- copies -------------------------------------------------------------------------------------
+
+namespace detail {
+// Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst_space`.
+// Contiguous sources are one copy; others are gathered on the host from a copy of the memory their
+// layout spans (device-side gather kernels replace this path with the copy kernels).
+template <Element T>
+void copy_to_contiguous(const Tensor<T>& src, T* dst_data, MemorySpace dst_space, rt::stream_t stream) {
+    const std::int64_t n = src.numel();
+    if (n == 0) return;
+    const bool src_host = src.space() != MemorySpace::device, dst_host = dst_space != MemorySpace::device;
+    if (src.is_contiguous()) {
+        if (src_host && dst_host) std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
+        else rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
+        if (!dst_host || !src_host) rt::stream_synchronize(stream);
+        return;
+    }
+    const auto extent = *src.layout().extent();
+    const T* base = static_cast<const T*>(src.storage()->data());
+    detail::HostArray<T> span_copy(src_host ? 0 : static_cast<std::size_t>(extent.highest - extent.lowest + 1));
+    if (!src_host) {
+        rt::memcpy_async(span_copy.data(), base + extent.lowest, span_copy.n * sizeof(T), stream);
+        rt::stream_synchronize(stream);
+        base = span_copy.data() - extent.lowest;
+    }
+    detail::HostArray<T> gathered(dst_host ? 0 : static_cast<std::size_t>(n));
+    T* out = dst_host ? dst_data : gathered.data();
+    const Layout& l = src.layout();
+    std::array<std::int64_t, max_rank> idx{};
+    for (std::int64_t i = 0; i < n; ++i) {
+        std::int64_t at = l.offset;
+        for (int d = 0; d < l.rank(); ++d) at += idx[std::size_t(d)] * l.strides[d];
+        out[i] = base[at];
+        for (int d = l.rank() - 1; d >= 0; --d) {
+            if (++idx[std::size_t(d)] < l.shape[d]) break;
+            idx[std::size_t(d)] = 0;
+        }
+    }
+    if (!dst_host) {
+        rt::memcpy_async(dst_data, gathered.data(), gathered.n * sizeof(T), stream);
+        rt::stream_synchronize(stream);
+    }
+}
+}  // namespace detail
+
+template <Element T>
+Tensor<T> Tensor<T>::to(TensorOptions o) const {
+    need();
+    if (!o.device) o.device = device();
+    Tensor<T> out = empty<T>(shape(), o);
+    detail::copy_to_contiguous(*this, out.data(), out.space(), o.resolved_stream());
+    return out;
+}
+
+template <Element T>
+template <Element U>
+Tensor<U> Tensor<T>::to_dtype() const {
+    const Tensor<T> h = space() == MemorySpace::device ? to_host() : contiguous();
+    detail::HostArray<U> converted(static_cast<std::size_t>(numel()));
+    const T* p = h.data();
+    for (std::size_t i = 0; i < converted.n; ++i) converted.data()[i] = convert<U>(p[i]);
+    return from_host<U>(converted.span(), shape(), TensorOptions{.space = space(), .device = device()});
+}
+
+// ---- printing -----------------------------------------------------------------------------------
+
+namespace detail {
+template <class T>
+void print_value(std::ostream& os, T v) {
+    if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
+    else if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) os << int(v);
+    else if constexpr (dtype_traits<T>::is_floating) os << double(convert<float>(v));
+    else os << v;
+}
+}  // namespace detail
+
+template <Element T>
+std::string Tensor<T>::to_string(int edge) const {
+    std::ostringstream os;
+    os << "tensor(" << dtype_traits<T>::name << ", shape " << shape().to_string() << ", " << space_name(space());
+    if (space() == MemorySpace::device) os << " " << backend_name << ":" << device().index;
+    os << ")\n";
+    const Tensor<T> h = to_host();
+    const T* p = h.data();
+    const Shape& s = h.shape();
+    // Recursive row-major print; dims longer than 2*edge show their first and last `edge` entries.
+    auto rec = [&](auto&& self, int d, std::int64_t base, int indent) -> void {
+        if (d == s.size()) {
+            detail::print_value(os, p[base]);
+            return;
+        }
+        std::int64_t stride = 1;
+        for (int k = d + 1; k < s.size(); ++k) stride *= s[k];
+        os << '[';
+        for (std::int64_t i = 0; i < s[d]; ++i) {
+            if (s[d] > 2 * edge && i == edge) {
+                os << "...";
+                i = s[d] - edge - 1;
+                os << (d + 1 == s.size() ? ", " : ",\n" + std::string(std::size_t(indent + 1), ' '));
+                continue;
+            }
+            self(self, d + 1, base + i * stride, indent + 1);
+            if (i + 1 < s[d]) os << (d + 1 == s.size() ? ", " : ",\n" + std::string(std::size_t(indent + 1), ' '));
+        }
+        os << ']';
+    };
+    rec(rec, 0, 0, 0);
+    return os.str();
+}
+
+template <Element T>
+std::ostream& operator<<(std::ostream& os, const Tensor<T>& t) {
+    return os << t.to_string();
+}
+
+}  // namespace tessel

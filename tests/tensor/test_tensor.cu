@@ -1,0 +1,193 @@
+// Tensor<T>: factories in every memory space, views checked element by element against host index
+// arithmetic, copies, storage lifetime, dtypes, element access, printing and bad input.
+#include <tessel/tensor/tensor.hpp>
+
+#include <numeric>
+
+#include "../support/device_array.hpp"
+
+namespace {
+
+using tessel::MemorySpace;
+using tessel::Shape;
+using tessel::Tensor;
+
+// The host values of a row-major 5x7x3 block, as doubles, for reference arithmetic.
+struct Block3 {
+    static constexpr std::int64_t A = 5, B = 7, C = 3;
+    std::vector<float> v = tessel::testing::random_vector<float>(A * B * C, 77);
+    float at(std::int64_t a, std::int64_t b, std::int64_t c) const { return v[std::size_t((a * B + b) * C + c)]; }
+};
+
+const MemorySpace spaces[] = {MemorySpace::device, MemorySpace::host, MemorySpace::pinned};
+
+}  // namespace
+
+TEST_CASE("factories fill tensors in every memory space", "[tensor]") {
+    for (MemorySpace sp : spaces) {
+        INFO("space " << tessel::space_name(sp));
+        const tessel::TensorOptions o{.space = sp};
+        auto z = tessel::zeros<float>({3, 5}, o);
+        CHECK(z.space() == sp);
+        CHECK(z.shape() == Shape{3, 5});
+        CHECK(z.to_vector() == std::vector<float>(15, 0.f));
+        CHECK(tessel::ones<int>({4}, o).to_vector() == std::vector<int>(4, 1));
+        CHECK(tessel::full<double>({2, 2}, 2.5, o).to_vector() == std::vector<double>(4, 2.5));
+        CHECK(tessel::arange<std::int64_t>(3, 11, 2, o).to_vector() == std::vector<std::int64_t>{3, 5, 7, 9});
+        auto f = tessel::from_host<int>({1, 2, 3, 4, 5, 6}, {2, 3}, o);
+        CHECK(f.to_vector() == std::vector<int>{1, 2, 3, 4, 5, 6});
+        CHECK(tessel::empty<float>({0, 4}, o).numel() == 0);
+        auto scalar = tessel::full<float>({}, 4.f, o);
+        CHECK(scalar.dim() == 0);
+        CHECK(scalar.item() == 4.f);
+    }
+    CHECK_THROWS_AS(tessel::from_host<int>({1, 2, 3}, {2, 2}), tessel::InvalidArgument);
+    try {
+        (void)tessel::empty<float>({std::int64_t(1) << 32, std::int64_t(1) << 32});
+        FAIL("an element count overflowing 64 bits was accepted");
+    } catch (const tessel::InvalidArgument& e) {
+        CHECK(std::string(e.what()).find("4294967296") != std::string::npos);
+    }
+    CHECK_THROWS_AS(tessel::empty<float>({3, -1}), tessel::InvalidArgument);
+}
+
+TEST_CASE("views read the right elements, on the device and on the host", "[tensor][views]") {
+    const Block3 ref;
+    for (MemorySpace sp : spaces) {
+        INFO("space " << tessel::space_name(sp));
+        auto t = tessel::from_host<float>(std::span<const float>(ref.v), {Block3::A, Block3::B, Block3::C}, {.space = sp});
+        auto check = [&](const Tensor<float>& view, auto expected_at, const char* what) {
+            INFO(what << " shape " << view.shape().to_string());
+            const auto got = view.to_vector();
+            std::vector<float> want;
+            const Shape s = view.shape();
+            std::vector<std::int64_t> i(std::size_t(s.size()), 0);
+            for (std::int64_t k = 0; k < view.numel(); ++k) {
+                want.push_back(expected_at(i));
+                for (int d = s.size() - 1; d >= 0; --d) {
+                    if (++i[std::size_t(d)] < s[d]) break;
+                    i[std::size_t(d)] = 0;
+                }
+            }
+            CHECK(got == want);
+            CHECK(view.storage() == t.storage());  // a view, not a copy
+        };
+        check(t.slice(1, 1, 7, 2), [&](auto& i) { return ref.at(i[0], 1 + 2 * i[1], i[2]); }, "slice(1, 1, 7, 2)");
+        check(t.slice(0, -3, 5), [&](auto& i) { return ref.at(2 + i[0], i[1], i[2]); }, "slice(0, -3, 5)");
+        check(t.select(2, 1), [&](auto& i) { return ref.at(i[0], i[1], 1); }, "select(2, 1)");
+        check(t.permute({2, 0, 1}), [&](auto& i) { return ref.at(i[1], i[2], i[0]); }, "permute(2, 0, 1)");
+        check(t.transpose(0, 1), [&](auto& i) { return ref.at(i[1], i[0], i[2]); }, "transpose(0, 1)");
+        check(t.narrow(1, 2, 3).select(0, 4), [&](auto& i) { return ref.at(4, 2 + i[0], i[1]); }, "narrow then select");
+        check(t.select(1, 3).unsqueeze(1).expand({Block3::A, 4, Block3::C}),
+              [&](auto& i) { return ref.at(i[0], 3, i[2]); }, "unsqueeze then expand");
+        check(t.view({Block3::A * Block3::B, Block3::C}), [&](auto& i) { return ref.at(i[0] / Block3::B, i[0] % Block3::B, i[1]); },
+              "view(35, 3)");
+    }
+}
+
+TEST_CASE("reshape views when it can and copies when it must; view refuses", "[tensor][views]") {
+    auto t = tessel::arange<int>(0, 24).view({2, 3, 4});
+    auto r = t.reshape({6, 4});
+    CHECK(r.storage() == t.storage());
+    auto p = t.permute({2, 0, 1});
+    CHECK_FALSE(p.is_contiguous());
+    try {
+        (void)p.view({24});
+        FAIL("view of a permuted tensor did not throw");
+    } catch (const tessel::InvalidArgument& e) {
+        CHECK(std::string(e.what()).find("reshape") != std::string::npos);
+    }
+    auto flat = p.reshape({24});
+    CHECK(flat.storage() != p.storage());
+    CHECK(flat.is_contiguous());
+    std::vector<int> want;
+    for (int c = 0; c < 4; ++c)
+        for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 3; ++b) want.push_back(a * 12 + b * 4 + c);
+    CHECK(flat.to_vector() == want);
+    auto cl = t.clone();
+    CHECK(cl.storage() != t.storage());
+    CHECK(cl.to_vector() == t.to_vector());
+    CHECK(p.contiguous().to_vector() == want);
+}
+
+TEST_CASE("copies between memory spaces keep the values", "[tensor][copy]") {
+    const Block3 ref;
+    auto d = tessel::from_host<float>(std::span<const float>(ref.v), {Block3::A, Block3::B, Block3::C});
+    auto pinned = d.to(MemorySpace::pinned);
+    auto host = pinned.to(MemorySpace::host);
+    auto back = host.transpose(0, 2).to(MemorySpace::device);  // non-contiguous source
+    CHECK(pinned.to_vector() == ref.v);
+    CHECK(host.to_vector() == ref.v);
+    CHECK(back.shape() == Shape{Block3::C, Block3::B, Block3::A});
+    CHECK(back.is_contiguous());
+    CHECK(back.to_vector() == host.transpose(0, 2).to_vector());
+}
+
+TEST_CASE("a view keeps its memory alive; from_blob runs its deleter once, at the end", "[tensor][storage]") {
+    const auto before = tessel::memory::stats().allocation[0].current;
+    Tensor<float> view;
+    {
+        auto t = tessel::zeros<float>({1000});
+        view = t.slice(0, 10, 20);
+        CHECK(tessel::memory::stats().allocation[0].current == before + 1);
+    }
+    CHECK(tessel::memory::stats().allocation[0].current == before + 1);  // the view holds it
+    CHECK(view.to_vector() == std::vector<float>(10, 0.f));
+    view = Tensor<float>();
+    CHECK(tessel::memory::stats().allocation[0].current == before);
+
+    int deleted = 0;
+    std::vector<double> mine(12, 1.5);
+    {
+        auto b = tessel::from_blob<double>(mine.data(), {3, 4}, MemorySpace::host, tessel::Device{0},
+                                           [&](void* p) { deleted += p == mine.data(); });
+        auto v = b.select(0, 2);
+        b = Tensor<double>();
+        CHECK(deleted == 0);
+        CHECK(v(std::initializer_list<std::int64_t>{3}) == 1.5);
+    }
+    CHECK(deleted == 1);
+}
+
+TEST_CASE("element types convert through float and name themselves", "[tensor][dtype]") {
+    auto f = tessel::from_host<float>({0.5f, -1.25f, 3.0f, 1000.f}, {4});
+    CHECK(f.to_dtype<__half>().to_dtype<float>().to_vector() == std::vector<float>{0.5f, -1.25f, 3.0f, 1000.f});
+    CHECK(f.to_dtype<__nv_bfloat16>().to_dtype<float>().to_vector() == std::vector<float>{0.5f, -1.25f, 3.0f, 1000.f});
+    CHECK(f.to_dtype<__nv_fp8_e4m3>().to_dtype<float>().to_vector() == std::vector<float>{0.5f, -1.25f, 3.0f, 448.f});  // e4m3 saturates at 448
+    CHECK(f.to_dtype<int>().to_vector() == std::vector<int>{0, -1, 3, 1000});
+    CHECK(f.to_dtype<bool>().to_vector() == std::vector<bool>{true, true, true, true});
+    CHECK(tessel::dtype_name(Tensor<__nv_bfloat16>::dtype()) == "bfloat16");
+    CHECK(tessel::dtype_size(tessel::DType::f8_e5m2) == 1);
+    static_assert(std::is_same_v<tessel::accumulate_t<__half>, float>);
+}
+
+TEST_CASE("host element access checks space, rank and range", "[tensor][errors]") {
+    auto h = tessel::from_host<int>({1, 2, 3, 4, 5, 6}, {2, 3}, {.space = MemorySpace::host});
+    CHECK(h({1, 2}) == 6);
+    h({0, 0}) = 9;
+    CHECK(h.to_vector()[0] == 9);
+    CHECK_THROWS_AS(h({2, 0}), tessel::InvalidArgument);
+    CHECK_THROWS_AS(h({1}), tessel::InvalidArgument);
+    auto d = h.to(MemorySpace::device);
+    try {
+        (void)d({0, 0});
+        FAIL("element access to device memory did not throw");
+    } catch (const tessel::InvalidArgument& e) {
+        CHECK(std::string(e.what()).find("to_host") != std::string::npos);
+    }
+    CHECK_THROWS_AS(d.size(2), tessel::InvalidArgument);
+    CHECK_THROWS_AS(d.slice(1, 0, 4), tessel::InvalidArgument);
+    CHECK_THROWS_AS(Tensor<float>().device(), tessel::InvalidArgument);  // undefined tensor
+}
+
+TEST_CASE("printing shows dtype, shape, place and the corner values", "[tensor][print]") {
+    auto small = tessel::from_host<int>({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(small.to_string() == std::string("tensor(int32, shape [2, 3], device ") + tessel::backend_name +
+                                   ":0)\n[[1, 2, 3],\n [4, 5, 6]]");
+    auto big = tessel::arange<float>(0, 100).view({10, 10});
+    const std::string s = big.to_string();
+    CHECK(s.find("...") != std::string::npos);
+    CHECK(s.find("99") != std::string::npos);
+    CHECK(s.find("[0, 1, 2, ..., 7, 8, 9]") != std::string::npos);
+}
