@@ -11,10 +11,14 @@ function(tessel_define_targets include_dir kernels_dir)
   find_package(CUDAToolkit REQUIRED)   # headers for both backends (fp16/bf16 types, runtime types)
   find_package(Threads REQUIRED)
   find_package(Boost 1.74 QUIET CONFIG COMPONENTS context)
+  find_package(dlpack QUIET CONFIG)    # optional: tessel/tensor/dlpack.hpp needs it
 
   add_library(tessel::headers INTERFACE IMPORTED GLOBAL)
   target_include_directories(tessel::headers INTERFACE "${include_dir}" "${kernels_dir}")
   target_compile_features(tessel::headers INTERFACE cxx_std_20)
+  if(TARGET dlpack::dlpack)
+    target_link_libraries(tessel::headers INTERFACE dlpack::dlpack)
+  endif()
 
   add_library(tessel::sim INTERFACE IMPORTED GLOBAL)
   target_link_libraries(tessel::sim INTERFACE tessel::headers CUDA::toolkit Threads::Threads)

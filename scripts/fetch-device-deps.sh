@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps
 cd .deps
-apt-get download catch2 libbenchmark-dev libbenchmark1debian >/dev/null
+apt-get download catch2 libbenchmark-dev libbenchmark1debian libdlpack-dev >/dev/null
 ls -1 *.deb

@@ -1,5 +1,6 @@
 // Stream and Event values, and the current stream of each device per host thread.
 #include <tessel/runtime/launch.hpp>
+#include <tessel/stream/pipeline.hpp>
 #include <tessel/stream/stream.hpp>
 
 #include <numeric>
@@ -8,6 +9,11 @@
 #include "../support/device_array.hpp"
 
 namespace {
+__global__ void half_of(const int* in, float* out, int n) {
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = float(in[i]) * 0.5f;
+}
+
 __global__ void fill_slowly(int* x, int n, int value, int rounds) {
     for (int r = 0; r < rounds; ++r)
         for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] = value + r - r;
@@ -59,4 +65,29 @@ TEST_CASE("each host thread has its own current stream per device", "[stream]") 
         CHECK(seen_by_other == nullptr);  // the other thread still has the default stream
     }
     CHECK(tessel::current_stream(d).is_default());  // the guard restored it
+}
+
+TEST_CASE("the overlap pipeline computes every chunk, whatever the chunk and stream counts", "[stream][pipeline]") {
+    for (auto [n, chunk, streams] : {std::tuple{10007, 1000, 3}, {999, 1000, 4}, {4096, 1024, 1}, {1, 7, 2}, {0, 5, 2}}) {
+        INFO("n " << n << " chunk " << chunk << " streams " << streams);
+        std::vector<int> in(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) in[std::size_t(i)] = i * 7 - 3000;
+        std::vector<float> out(std::size_t(n), std::nanf(""));
+        std::vector<std::size_t> seen;
+        tessel::overlap_pipeline<int, float>(
+            in, out,
+            [&](const int* d_in, float* d_out, std::size_t m, tessel::rt::stream_t s) {
+                seen.push_back(m);
+                tessel::launch(half_of, tessel::blocks_for(m, 128), 128, 0, s, d_in, d_out, int(m));
+            },
+            {.chunk_elements = std::size_t(chunk), .streams = streams});
+        std::size_t wrong = 0;
+        for (int i = 0; i < n; ++i) wrong += out[std::size_t(i)] != float(in[std::size_t(i)]) * 0.5f;
+        CHECK(wrong == 0);
+        CHECK(seen.size() == std::size_t((n + chunk - 1) / chunk));
+    }
+    std::vector<int> a(3);
+    std::vector<float> b(4);
+    auto nothing = [](const int*, float*, std::size_t, tessel::rt::stream_t) {};
+    CHECK_THROWS_AS((tessel::overlap_pipeline<int, float>(a, b, nothing)), tessel::InvalidArgument);
 }

@@ -19,7 +19,7 @@ struct Block3 {
     float at(std::int64_t a, std::int64_t b, std::int64_t c) const { return v[std::size_t((a * B + b) * C + c)]; }
 };
 
-const MemorySpace spaces[] = {MemorySpace::device, MemorySpace::host, MemorySpace::pinned};
+const MemorySpace spaces[] = {MemorySpace::device, MemorySpace::host, MemorySpace::pinned, MemorySpace::managed};
 
 }  // namespace
 
@@ -190,4 +190,18 @@ TEST_CASE("printing shows dtype, shape, place and the corner values", "[tensor][
     CHECK(s.find("...") != std::string::npos);
     CHECK(s.find("99") != std::string::npos);
     CHECK(s.find("[0, 1, 2, ..., 7, 8, 9]") != std::string::npos);
+}
+
+TEST_CASE("managed tensors prefetch and take advice; other spaces refuse", "[tensor][managed]") {
+    auto m = tessel::arange<float>(0, 1000, 1, {.space = MemorySpace::managed});
+    CHECK(m.space() == MemorySpace::managed);
+    m.advise(cudaMemAdviseSetReadMostly, tessel::current_device());
+    m.prefetch(tessel::current_device());
+    m.prefetch(std::nullopt);  // to the host
+    tessel::rt::device_synchronize();
+    CHECK(m({999}) == 999.f);  // host-addressable once synchronised
+    CHECK(m.to(MemorySpace::device).to_vector() == tessel::arange<float>(0, 1000).to_vector());
+    auto d = tessel::zeros<float>({4});
+    CHECK_THROWS_AS(d.prefetch(std::nullopt), tessel::InvalidArgument);
+    CHECK_THROWS_AS(d.advise(cudaMemAdviseSetReadMostly, std::nullopt), tessel::InvalidArgument);
 }

@@ -62,6 +62,15 @@ public:
         if (config_.max_split_size != std::numeric_limits<std::size_t>::max())
             stats_.max_split_size = std::int64_t(config_.max_split_size);
     }
+    // Returns the cache and the pooled events; blocks still handed out stay with their owners.
+    ~DeviceCachingAllocator() {
+        try {
+            std::lock_guard lk(m_);
+            release_cached_blocks();
+            for (rt::event_t e : event_pool_) rt::event_destroy(e);
+        } catch (...) {  // a destructor must not throw; the runtime may already be gone at exit
+        }
+    }
     DeviceCachingAllocator(const DeviceCachingAllocator&) = delete;
     DeviceCachingAllocator& operator=(const DeviceCachingAllocator&) = delete;
 

@@ -48,6 +48,26 @@ inline void* malloc_pinned(std::size_t bytes) {
 }
 inline void free_pinned(void* p) { TESSEL_CUDA_CHECK(api::cudaFreeHost(p)); }
 
+// Unified (managed) memory, addressable from host and device; migrated on demand or by prefetch.
+inline void* malloc_managed(std::size_t bytes) {
+    void* p = nullptr;
+    TESSEL_CUDA_CHECK(api::cudaMallocManaged(&p, bytes, cudaMemAttachGlobal));
+    return p;
+}
+// Where managed memory should move to: a device ordinal, or the host (-1).
+inline cudaMemLocation memory_location(int device) {
+    cudaMemLocation l{};
+    l.type = device < 0 ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+    l.id = device < 0 ? 0 : device;
+    return l;
+}
+inline void prefetch_async(const void* p, std::size_t bytes, int device, stream_t stream) {
+    TESSEL_CUDA_CHECK(api::cudaMemPrefetchAsync(p, bytes, memory_location(device), 0, stream));
+}
+inline void mem_advise(const void* p, std::size_t bytes, cudaMemoryAdvise advice, int device) {
+    TESSEL_CUDA_CHECK(api::cudaMemAdvise(p, bytes, advice, memory_location(device)));
+}
+
 // Copies `bytes` between any two memory spaces (the runtime infers the direction), ordered on `stream`.
 inline void memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
     TESSEL_CUDA_CHECK(api::cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));

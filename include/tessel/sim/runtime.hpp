@@ -31,7 +31,8 @@ namespace tessel::sim {
 // A live allocation of simulated device memory or pinned host memory.
 struct Allocation {
     std::size_t size = 0;
-    int device = -1;  // -1: pinned host memory
+    int device = -1;       // -1: pinned host memory
+    bool managed = false;  // cudaMallocManaged: counted on its device, addressable everywhere
 };
 
 // One simulated device: its properties, the memory in use, its default stream and its streams.
@@ -363,6 +364,41 @@ inline cudaError_t cudaMalloc(void** p, std::size_t n) {
     *p = mem;
     return detail::ok();
 }
+// Unified memory: in the sim all memory is host memory, so managed memory is device memory that the
+// pointer attributes call managed; prefetch and advice are validated and ordered, then have no effect.
+inline cudaError_t cudaMallocManaged(void** p, std::size_t n, unsigned flags = cudaMemAttachGlobal) {
+    if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)
+        return detail::fail(cudaErrorInvalidValue, "cudaMallocManaged flags " + std::to_string(flags) + " are not cudaMemAttachGlobal or cudaMemAttachHost");
+    if (auto e = ::tessel::sim::api::cudaMalloc(p, n); e != cudaSuccess) return e;
+    if (*p) {
+        std::lock_guard lk(detail::rt().m);
+        detail::rt().allocations[reinterpret_cast<std::uintptr_t>(*p)].managed = true;
+    }
+    return detail::ok();
+}
+inline cudaError_t cudaMemPrefetchAsync(const void* p, std::size_t n, cudaMemLocation to, unsigned, cudaStream_t s = nullptr) {
+    {
+        std::lock_guard lk(detail::rt().m);
+        const Allocation* a = detail::rt().find(p, n);
+        if (!a || !a->managed)
+            return detail::fail(cudaErrorInvalidValue, "cudaMemPrefetchAsync: " + hex_ptr(p) + " (+" + std::to_string(n) +
+                                                           " bytes) is not inside a managed allocation");
+    }
+    if (to.type == cudaMemLocationTypeDevice && (to.id < 0 || to.id >= int(detail::rt().devices.size())))
+        return detail::fail(cudaErrorInvalidDevice, "cudaMemPrefetchAsync to device " + std::to_string(to.id) + ", which does not exist");
+    if (to.type != cudaMemLocationTypeDevice && to.type != cudaMemLocationTypeHost)
+        return detail::fail(cudaErrorInvalidValue, "cudaMemPrefetchAsync: location is neither a device nor the host");
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    detail::enqueue(detail::resolve(s), [] {});
+    return detail::ok();
+}
+inline cudaError_t cudaMemAdvise(const void* p, std::size_t n, cudaMemoryAdvise, cudaMemLocation) {
+    std::lock_guard lk(detail::rt().m);
+    const Allocation* a = detail::rt().find(p, n);
+    if (!a || !a->managed)
+        return detail::fail(cudaErrorInvalidValue, "cudaMemAdvise: " + hex_ptr(p) + " is not inside a managed allocation");
+    return detail::ok();
+}
 inline cudaError_t cudaFree(void* p) {
     if (!p) return detail::ok();
     // cudaFree synchronises the device, so no queued kernel still uses the memory.
@@ -427,8 +463,9 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
         a->hostPointer = const_cast<void*>(p);
         a->device = 0;
     } else {
-        a->type = cudaMemoryTypeDevice;
+        a->type = al->managed ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
         a->devicePointer = const_cast<void*>(p);
+        if (al->managed) a->hostPointer = const_cast<void*>(p);
         a->device = al->device;
     }
     return detail::ok();

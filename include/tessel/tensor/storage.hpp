@@ -19,6 +19,7 @@ enum class MemorySpace {
     device,  // device memory from the caching allocator
     host,    // ordinary (pageable) host memory
     pinned,  // page-locked host memory from the pinned cache (fast, asynchronous copies)
+    managed, // unified memory: one address for host and device, migrated on demand or by prefetch
 };
 
 inline const char* space_name(MemorySpace s) {
@@ -26,9 +27,13 @@ inline const char* space_name(MemorySpace s) {
         case MemorySpace::device: return "device";
         case MemorySpace::host: return "host";
         case MemorySpace::pinned: return "pinned";
+        case MemorySpace::managed: return "managed";
     }
     return "?";
 }
+
+// True where the CPU may read and write with plain memcpy at any time (no stream to wait for).
+inline bool is_plain_host(MemorySpace s) { return s == MemorySpace::host || s == MemorySpace::pinned; }
 
 // One block of memory shared by every tensor that views it.
 class Storage {
@@ -46,6 +51,11 @@ public:
             case MemorySpace::pinned:
                 return std::make_shared<Storage>(memory::allocate_host(bytes), bytes, space, device,
                                                  [](void* q) { memory::deallocate_host(q); });
+            case MemorySpace::managed: {  // not cached: managed memory is for occasional large buffers
+                DeviceGuard g(device);
+                return std::make_shared<Storage>(bytes ? rt::malloc_managed(bytes) : nullptr, bytes, space, device,
+                                                 [](void* q) { rt::free_device(q); });
+            }
             case MemorySpace::host: {
                 void* p = bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
                 if (bytes && !p) fail<OutOfMemoryError>("out of host memory: tried to allocate ", bytes, " bytes");
@@ -63,7 +73,7 @@ public:
     Storage(void* p, std::size_t bytes, MemorySpace space, Device device, Deleter deleter)
         : data_(p), bytes_(bytes), space_(space), device_(device), deleter_(std::move(deleter)) {}
     ~Storage() {
-        if (deleter_ && data_) deleter_(data_);
+        if (deleter_) deleter_(data_);  // also for empty storage: a foreign owner may still need its release
     }
     Storage(const Storage&) = delete;
     Storage& operator=(const Storage&) = delete;

@@ -92,7 +92,19 @@ public:
     template <Element U>
     Tensor<U> to_dtype() const;
 
-    // ---- host element access (host or pinned tensors) ----
+    // ---- managed memory ----
+    // Migrates a managed tensor's memory to `to` (a device, or the host when nullopt), ordered on `stream`.
+    void prefetch(std::optional<Device> to, rt::stream_t stream = nullptr) const {
+        require(space() == MemorySpace::managed, "prefetch needs a managed tensor, this one is in ", space_name(space()), " memory");
+        rt::prefetch_async(need().data(), need().bytes(), to ? to->index : -1, stream);
+    }
+    // Tells the driver how the memory will be used (e.g. cudaMemAdviseSetReadMostly), for `by` or the host.
+    void advise(cudaMemoryAdvise advice, std::optional<Device> by) const {
+        require(space() == MemorySpace::managed, "advise needs a managed tensor, this one is in ", space_name(space()), " memory");
+        rt::mem_advise(need().data(), need().bytes(), advice, by ? by->index : -1);
+    }
+
+    // ---- host element access (host, pinned or managed tensors; managed: after synchronising) ----
     T& operator()(std::initializer_list<std::int64_t> index) const {
         require(space() != MemorySpace::device, "element access needs a host tensor, this one is in device memory: ",
                 "call to_host() first");
@@ -171,7 +183,7 @@ template <Element T>
 Tensor<T> zeros(const Shape& shape, TensorOptions o = {}) {
     Tensor<T> t = empty<T>(shape, o);
     const std::size_t bytes = std::size_t(t.numel()) * sizeof(T);
-    if (t.space() == MemorySpace::device) rt::memset_async(t.data(), 0, bytes, o.resolved_stream());
+    if (!is_plain_host(t.space())) rt::memset_async(t.data(), 0, bytes, o.resolved_stream());
     else if (bytes) std::memset(t.data(), 0, bytes);
     return t;
 }
@@ -184,7 +196,7 @@ Tensor<T> from_host(std::span<const T> values, const Shape& shape, TensorOptions
             " which has ", n, " elements");
     Tensor<T> t = empty<T>(shape, o);
     if (n == 0) return t;
-    if (t.space() == MemorySpace::device) {
+    if (!is_plain_host(t.space())) {
         rt::memcpy_async(t.data(), values.data(), values.size_bytes(), o.resolved_stream());  // pageable: returns after reading
     } else {
         std::memcpy(t.data(), values.data(), values.size_bytes());
@@ -239,7 +251,7 @@ template <Element T>
 void copy_to_contiguous(const Tensor<T>& src, T* dst_data, MemorySpace dst_space, rt::stream_t stream) {
     const std::int64_t n = src.numel();
     if (n == 0) return;
-    const bool src_host = src.space() != MemorySpace::device, dst_host = dst_space != MemorySpace::device;
+    const bool src_host = is_plain_host(src.space()), dst_host = is_plain_host(dst_space);
     if (src.is_contiguous()) {
         if (src_host && dst_host) std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
         else rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
@@ -286,7 +298,7 @@ Tensor<T> Tensor<T>::to(TensorOptions o) const {
 template <Element T>
 template <Element U>
 Tensor<U> Tensor<T>::to_dtype() const {
-    const Tensor<T> h = space() == MemorySpace::device ? to_host() : contiguous();
+    const Tensor<T> h = is_plain_host(space()) ? contiguous() : to_host();
     detail::HostArray<U> converted(static_cast<std::size_t>(numel()));
     const T* p = h.data();
     for (std::size_t i = 0; i < converted.n; ++i) converted.data()[i] = convert<U>(p[i]);
@@ -309,7 +321,7 @@ template <Element T>
 std::string Tensor<T>::to_string(int edge) const {
     std::ostringstream os;
     os << "tensor(" << dtype_traits<T>::name << ", shape " << shape().to_string() << ", " << space_name(space());
-    if (space() == MemorySpace::device) os << " " << backend_name << ":" << device().index;
+    if (!is_plain_host(space())) os << " " << backend_name << ":" << device().index;
     os << ")\n";
     const Tensor<T> h = to_host();
     const T* p = h.data();

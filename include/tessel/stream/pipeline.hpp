@@ -1,0 +1,90 @@
+// The copy/compute overlap pipeline: a large host array goes through the device in chunks, each
+// chunk H2D -> compute -> D2H on one of several streams, with pinned staging buffers per stream, so
+// uploads, kernels and downloads of different chunks run at the same time.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "../memory/allocator.hpp"
+#include "../memory/host_allocator.hpp"
+#include "stream.hpp"
+
+namespace tessel {
+
+// How overlap_pipeline splits the work.
+struct PipelineOptions {
+    std::size_t chunk_elements = std::size_t(1) << 22;
+    int streams = 3;
+};
+
+// Runs `step(const In* device_in, Out* device_out, std::size_t n, rt::stream_t stream)` over
+// `input` chunk by chunk and gathers the results into `output` (same length). `step` must queue
+// its work on the stream it is given. Returns when every chunk is back in `output`.
+template <class In, class Out, class Step>
+void overlap_pipeline(std::span<const In> input, std::span<Out> output, Step&& step, PipelineOptions o = {}) {
+    require(input.size() == output.size(), "overlap_pipeline: input has ", input.size(), " elements but output ",
+            output.size());
+    require(o.chunk_elements > 0 && o.streams > 0, "overlap_pipeline: chunk_elements (", o.chunk_elements,
+            ") and streams (", o.streams, ") must be positive");
+    const std::size_t chunk = o.chunk_elements, chunks = (input.size() + chunk - 1) / chunk;
+    const int lanes = int(std::min<std::size_t>(std::size_t(o.streams), std::max<std::size_t>(chunks, 1)));
+
+    // One lane per stream: pinned staging and device buffers, and where its last chunk goes.
+    struct Lane {
+        Stream stream;
+        Event done{false};
+        In* pin_in = nullptr;
+        Out* pin_out = nullptr;
+        In* dev_in = nullptr;
+        Out* dev_out = nullptr;
+        std::size_t pending_at = 0, pending_n = 0;  // output range its staging buffer holds
+    };
+    std::vector<Lane> lane;
+    lane.reserve(std::size_t(lanes));
+    for (int i = 0; i < lanes; ++i) {
+        Lane l{Stream::create()};
+        l.pin_in = static_cast<In*>(memory::allocate_host(chunk * sizeof(In)));
+        l.pin_out = static_cast<Out*>(memory::allocate_host(chunk * sizeof(Out)));
+        l.dev_in = static_cast<In*>(memory::allocate(chunk * sizeof(In), l.stream.handle()));
+        l.dev_out = static_cast<Out*>(memory::allocate(chunk * sizeof(Out), l.stream.handle()));
+        lane.push_back(std::move(l));
+    }
+    auto drain = [&](Lane& l) {  // waits for the lane's last chunk and moves it to `output`
+        l.done.synchronize();
+        if (l.pending_n) std::memcpy(output.data() + l.pending_at, l.pin_out, l.pending_n * sizeof(Out));
+        l.pending_n = 0;
+    };
+    auto release = [&] {
+        for (Lane& l : lane) {
+            l.stream.synchronize();
+            memory::deallocate(l.dev_in);
+            memory::deallocate(l.dev_out);
+            memory::deallocate_host(l.pin_in);
+            memory::deallocate_host(l.pin_out);
+        }
+    };
+    try {
+    for (std::size_t k = 0; k < chunks; ++k) {
+        Lane& l = lane[k % std::size_t(lanes)];
+        const std::size_t at = k * chunk, n = std::min(chunk, input.size() - at);
+        drain(l);  // the lane's buffers are free again
+        std::memcpy(l.pin_in, input.data() + at, n * sizeof(In));  // overlaps the other lanes' device work
+        rt::memcpy_async(l.dev_in, l.pin_in, n * sizeof(In), l.stream.handle());
+        step(static_cast<const In*>(l.dev_in), l.dev_out, n, l.stream.handle());
+        rt::memcpy_async(l.pin_out, l.dev_out, n * sizeof(Out), l.stream.handle());
+        l.done.record(l.stream);
+        l.pending_at = at;
+        l.pending_n = n;
+    }
+    for (Lane& l : lane) drain(l);
+    } catch (...) {
+        release();
+        throw;
+    }
+    release();
+}
+
+}  // namespace tessel

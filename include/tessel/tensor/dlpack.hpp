@@ -1,0 +1,121 @@
+// Zero-copy exchange with other frameworks through DLPack (the Debian libdlpack-dev header, DLPack
+// 0.6): to_dlpack() hands out a DLManagedTensor that keeps the tensor's memory alive until its
+// deleter runs; from_dlpack() wraps one and calls its deleter when the last view goes away.
+// DLPack 0.6 has no bool or float8 codes, so those dtypes throw Unsupported.
+// Device memory is kDLCUDA (on the sim too, where it is host-addressable), pinned memory
+// kDLCUDAHost, managed memory kDLCUDAManaged, ordinary host memory kDLCPU.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <string>
+
+#include "tensor.hpp"
+
+namespace tessel {
+
+namespace detail {
+template <Element T>
+DLDataType dl_dtype() {
+    switch (dtype_of<T>) {
+        case DType::f64: return {kDLFloat, 64, 1};
+        case DType::f32: return {kDLFloat, 32, 1};
+        case DType::f16: return {kDLFloat, 16, 1};
+        case DType::bf16: return {kDLBfloat, 16, 1};
+        case DType::i8: return {kDLInt, 8, 1};
+        case DType::u8: return {kDLUInt, 8, 1};
+        case DType::i32: return {kDLInt, 32, 1};
+        case DType::i64: return {kDLInt, 64, 1};
+        default: break;
+    }
+    fail<Unsupported>("DLPack ", DLPACK_VERSION, " cannot express dtype ", dtype_traits<T>::name);
+}
+
+inline std::string dl_dtype_text(DLDataType t) {
+    const char* code = t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : "code?";
+    return std::string(code) + std::to_string(t.bits) + (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "");
+}
+
+// What a DLManagedTensor we hand out owns: a view of the tensor (keeping its storage) and the arrays.
+template <Element T>
+struct DLContext {
+    Tensor<T> tensor;
+    std::int64_t shape[max_rank];
+    std::int64_t strides[max_rank];
+    DLManagedTensor managed;
+};
+}  // namespace detail
+
+// A DLPack view of `t`. The caller (or the framework it is given to) must call its deleter once.
+template <Element T>
+DLManagedTensor* to_dlpack(const Tensor<T>& t) {
+    const DLDataType dt = detail::dl_dtype<T>();
+    auto* ctx = new detail::DLContext<T>{t, {}, {}, {}};
+    for (int d = 0; d < t.dim(); ++d) {
+        ctx->shape[d] = t.shape()[d];
+        ctx->strides[d] = t.strides()[d];
+    }
+    DLTensor& dl = ctx->managed.dl_tensor;
+    dl.data = t.numel() ? static_cast<void*>(t.data()) : t.storage()->data();
+    dl.byte_offset = 0;
+    dl.ndim = t.dim();
+    dl.dtype = dt;
+    dl.shape = ctx->shape;
+    dl.strides = ctx->strides;
+    switch (t.space()) {
+        case MemorySpace::device: dl.device = {kDLCUDA, t.device().index}; break;
+        case MemorySpace::pinned: dl.device = {kDLCUDAHost, 0}; break;
+        case MemorySpace::host: dl.device = {kDLCPU, 0}; break;
+        case MemorySpace::managed: dl.device = {kDLCUDAManaged, t.device().index}; break;
+    }
+    ctx->managed.manager_ctx = ctx;
+    ctx->managed.deleter = [](DLManagedTensor* self) { delete static_cast<detail::DLContext<T>*>(self->manager_ctx); };
+    return &ctx->managed;
+}
+
+// Wraps a DLPack tensor of element type T without copying; its deleter runs when the last view of
+// the result goes away (at once if this throws).
+template <Element T>
+Tensor<T> from_dlpack(DLManagedTensor* m) {
+    require(m != nullptr, "from_dlpack: null DLManagedTensor");
+    struct Release {  // runs the producer's deleter if wrapping fails
+        DLManagedTensor* m;
+        ~Release() {
+            if (m && m->deleter) m->deleter(m);
+        }
+    } guard{m};
+    const DLTensor& dl = m->dl_tensor;
+    const DLDataType want = detail::dl_dtype<T>();
+    require(dl.dtype.code == want.code && dl.dtype.bits == want.bits && dl.dtype.lanes == want.lanes, "from_dlpack: the tensor holds ",
+            detail::dl_dtype_text(dl.dtype), ", not ", dtype_traits<T>::name, " (", detail::dl_dtype_text(want), ")");
+    require(dl.ndim >= 0 && dl.ndim <= max_rank, "from_dlpack: rank ", dl.ndim, " is not between 0 and ", max_rank);
+    require(dl.byte_offset % sizeof(T) == 0, "from_dlpack: byte_offset ", dl.byte_offset, " is not a multiple of the element size ",
+            sizeof(T));
+    MemorySpace space = MemorySpace::host;
+    Device device{0};
+    switch (dl.device.device_type) {
+        case kDLCUDA:
+            space = MemorySpace::device;
+            device = Device{dl.device.device_id};
+            require(device.index >= 0 && device.index < device_count(), "from_dlpack: CUDA device ", device.index,
+                    " does not exist (", device_count(), " visible)");
+            break;
+        case kDLCUDAHost: space = MemorySpace::pinned; break;
+        case kDLCUDAManaged: space = MemorySpace::managed; break;
+        case kDLCPU: space = MemorySpace::host; break;
+        default: fail<Unsupported>("from_dlpack: device type ", int(dl.device.device_type), " is not CPU, CUDA or CUDA host memory");
+    }
+    Shape shape, strides;
+    for (int d = 0; d < dl.ndim; ++d) shape.push_back(dl.shape[d]);
+    if (dl.strides) {
+        for (int d = 0; d < dl.ndim; ++d) strides.push_back(dl.strides[d]);
+    } else {
+        strides = Layout::contiguous(shape).strides;
+    }
+    T* base = reinterpret_cast<T*>(static_cast<char*>(dl.data) + dl.byte_offset);
+    Tensor<T> t = from_blob<T>(base, shape, space, device, [m](void*) { m->deleter ? m->deleter(m) : void(); }, strides);
+    guard.m = nullptr;  // the storage's deleter owns it now
+    return t;
+}
+
+}  // namespace tessel
