@@ -8,13 +8,16 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
+#include "async_allocator.hpp"
 #include "device_allocator.hpp"
 
 namespace tessel::memory {
 
-// The process's device allocators (one per device) and the map from pointers to their blocks.
+// The process's device allocators (one per device, of the backend TESSEL_ALLOC_CONF chose) and the
+// map from pointers to their blocks.
 class CachingAllocator {
 public:
     // Never destroyed: tensors freed during static destruction still find it.
@@ -27,6 +30,12 @@ public:
         if (bytes == 0) return nullptr;
         int dev = 0;
         TESSEL_CUDA_CHECK(rt::api::cudaGetDevice(&dev));
+        if (backend_ == Backend::async) {
+            void* p = async(dev).allocate(bytes, stream);
+            std::lock_guard lk(map_m_);
+            async_devices_.emplace(p, dev);
+            return p;
+        }
         Block* b = device(dev).malloc(bytes, stream);
         std::lock_guard lk(map_m_);
         blocks_.emplace(b->ptr, b);
@@ -35,11 +44,19 @@ public:
 
     void deallocate(void* p) {
         if (!p) return;
+        if (backend_ == Backend::async) {
+            async(async_device_of(p, "deallocate", true)).deallocate(p);
+            return;
+        }
         Block* b = take(p);
         device(b->device).free(b);
     }
 
     void record_stream(void* p, rt::stream_t stream) {
+        if (backend_ == Backend::async) {
+            async(async_device_of(p, "record_stream", false)).record_stream(p, stream);
+            return;
+        }
         Block* b = nullptr;
         {
             std::lock_guard lk(map_m_);
@@ -51,16 +68,38 @@ public:
         device(b->device).record_stream(b, stream);
     }
 
+    // The native allocator of device d (Unsupported under the async backend).
     DeviceCachingAllocator& device(int d) {
-        require(d >= 0 && d < int(devices_.size()), "device ", d, " does not exist: ", devices_.size(),
-                " device(s) are visible");
+        check_device(d);
+        if (backend_ != Backend::native)
+            fail<Unsupported>("this operation needs the native caching allocator; TESSEL_ALLOC_CONF selects backend:async");
         return *devices_[std::size_t(d)];
     }
-    int device_count() const { return int(devices_.size()); }
+    AsyncDeviceAllocator& async(int d) {
+        check_device(d);
+        return *async_[std::size_t(d)];
+    }
+    int device_count() const { return count_; }
+    Backend backend() const { return backend_; }
 
 private:
-    CachingAllocator() {
-        for (int d = 0; d < tessel::device_count(); ++d) devices_.push_back(std::make_unique<DeviceCachingAllocator>(d));
+    CachingAllocator() : backend_(AllocatorConfig::from_env().backend), count_(tessel::device_count()) {
+        for (int d = 0; d < count_; ++d) {
+            if (backend_ == Backend::async) async_.push_back(std::make_unique<AsyncDeviceAllocator>(d));
+            else devices_.push_back(std::make_unique<DeviceCachingAllocator>(d));
+        }
+    }
+    void check_device(int d) const {
+        require(d >= 0 && d < count_, "device ", d, " does not exist: ", count_, " device(s) are visible");
+    }
+    int async_device_of(void* p, const char* what, bool forget) {
+        std::lock_guard lk(map_m_);
+        auto it = async_devices_.find(p);
+        require(it != async_devices_.end(), what, ": pointer ", p,
+                " is not the start of a live allocation of tessel's allocator (freed twice, or allocated elsewhere?)");
+        const int d = it->second;
+        if (forget) async_devices_.erase(it);
+        return d;
     }
     Block* take(void* p) {
         std::lock_guard lk(map_m_);
@@ -72,10 +111,17 @@ private:
         return b;
     }
 
+    Backend backend_;
+    int count_;
     std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
+    std::vector<std::unique_ptr<AsyncDeviceAllocator>> async_;
     std::mutex map_m_;
     std::unordered_map<void*, Block*> blocks_;
+    std::unordered_map<void*, int> async_devices_;
 };
+
+// The backend serving device memory in this process (TESSEL_ALLOC_CONF=backend:...).
+inline Backend backend() { return CachingAllocator::instance().backend(); }
 
 // `bytes` of device memory on the current device, for use on `stream` (nullptr: the default stream).
 inline void* allocate(std::size_t bytes, rt::stream_t stream = nullptr) {
@@ -90,23 +136,34 @@ inline void record_stream(void* p, rt::stream_t stream) { CachingAllocator::inst
 // Returns all cached, unused memory of every device to the runtime.
 inline void empty_cache() {
     auto& a = CachingAllocator::instance();
-    for (int d = 0; d < a.device_count(); ++d) a.device(d).empty_cache();
+    for (int d = 0; d < a.device_count(); ++d) {
+        if (a.backend() == Backend::async) a.async(d).empty_cache();
+        else a.device(d).empty_cache();
+    }
 }
 
-inline DeviceStats stats(Device d = current_device()) { return CachingAllocator::instance().device(d.index).stats(); }
-inline void reset_peak_stats(Device d = current_device()) { CachingAllocator::instance().device(d.index).reset_peak_stats(); }
-// Caps what tessel reserves on `d` at `fraction` of its memory; allocations beyond raise OutOfMemoryError.
+inline DeviceStats stats(Device d = current_device()) {
+    auto& a = CachingAllocator::instance();
+    return a.backend() == Backend::async ? a.async(d.index).stats() : a.device(d.index).stats();
+}
+inline void reset_peak_stats(Device d = current_device()) {
+    auto& a = CachingAllocator::instance();
+    if (a.backend() == Backend::async) a.async(d.index).reset_peak_stats();
+    else a.device(d.index).reset_peak_stats();
+}
+// Caps what tessel reserves on `d` at `fraction` of its memory; allocations beyond raise
+// OutOfMemoryError. Native backend only (Unsupported under backend:async).
 inline void set_memory_fraction(double fraction, Device d = current_device()) {
     CachingAllocator::instance().device(d.index).set_memory_fraction(fraction);
 }
 // A text table of the statistics of device `d`.
-inline std::string memory_summary(Device d = current_device()) {
-    return memory_summary(d.index, CachingAllocator::instance().device(d.index).stats());
-}
-// Every segment of every device with its blocks, in address order.
+inline std::string memory_summary(Device d = current_device()) { return memory_summary(d.index, stats(d)); }
+// Every segment of every device with its blocks, in address order (empty under backend:async, whose
+// pool does not expose its segments).
 inline std::vector<SegmentInfo> snapshot() {
     std::vector<SegmentInfo> all;
     auto& a = CachingAllocator::instance();
+    if (a.backend() == Backend::async) return all;
     for (int d = 0; d < a.device_count(); ++d) {
         auto s = a.device(d).snapshot();
         all.insert(all.end(), s.begin(), s.end());
@@ -118,20 +175,31 @@ inline std::vector<SegmentInfo> snapshot() {
 //   tessel::memory::MemoryScope scope;  ...work...;  scope.peak_increase_bytes()
 class MemoryScope {
 public:
-    explicit MemoryScope(Device d = current_device())
-        : allocator_(&CachingAllocator::instance().device(d.index)), start_(allocator_->open_scope(&peak_)) {}
-    ~MemoryScope() { allocator_->close_scope(&peak_); }
+    explicit MemoryScope(Device d = current_device()) : allocator_(pick(d)) {
+        start_ = std::visit([&](auto* a) { return a->open_scope(&peak_); }, allocator_);
+    }
+    ~MemoryScope() {
+        std::visit([&](auto* a) { a->close_scope(&peak_); }, allocator_);
+    }
     MemoryScope(const MemoryScope&) = delete;
     MemoryScope& operator=(const MemoryScope&) = delete;
 
-    std::int64_t start_bytes() const { return start_; }                     // allocated when the scope opened
-    std::int64_t peak_bytes() const { return allocator_->read_scope(&peak_); }  // highest allocated since
+    std::int64_t start_bytes() const { return start_; }  // allocated when the scope opened
+    std::int64_t peak_bytes() const {                     // highest allocated since
+        return std::visit([&](auto* a) { return a->read_scope(&peak_); }, allocator_);
+    }
     std::int64_t peak_increase_bytes() const { return peak_bytes() - start_; }
 
 private:
-    DeviceCachingAllocator* allocator_;
+    using Allocator = std::variant<DeviceCachingAllocator*, AsyncDeviceAllocator*>;
+    static Allocator pick(Device d) {
+        auto& a = CachingAllocator::instance();
+        if (a.backend() == Backend::async) return &a.async(d.index);
+        return &a.device(d.index);
+    }
+    Allocator allocator_;
     std::int64_t peak_ = 0;
-    std::int64_t start_;
+    std::int64_t start_ = 0;
 };
 
 }  // namespace tessel::memory

@@ -20,6 +20,7 @@ namespace tessel::rt {
 namespace api {
 #if defined(TESSEL_BACKEND_CUDA)
 using ::cudaDeviceGetAttribute;
+using ::cudaDeviceGetDefaultMemPool;
 using ::cudaDeviceGetStreamPriorityRange;
 using ::cudaDeviceSynchronize;
 using ::cudaDriverGetVersion;
@@ -30,6 +31,7 @@ using ::cudaEventQuery;
 using ::cudaEventRecord;
 using ::cudaEventSynchronize;
 using ::cudaFree;
+using ::cudaFreeAsync;
 using ::cudaFreeHost;
 using ::cudaFuncSetAttribute;
 using ::cudaGetDevice;
@@ -40,6 +42,7 @@ using ::cudaGetErrorString;
 using ::cudaGetLastError;
 using ::cudaHostAlloc;
 using ::cudaMalloc;
+using ::cudaMallocAsync;
 using ::cudaMallocHost;
 using ::cudaMallocManaged;
 using ::cudaMemAdvise;
@@ -47,6 +50,9 @@ using ::cudaMemPrefetchAsync;
 using ::cudaMemcpy;
 using ::cudaMemcpyAsync;
 using ::cudaMemGetInfo;
+using ::cudaMemPoolGetAttribute;
+using ::cudaMemPoolSetAttribute;
+using ::cudaMemPoolTrimTo;
 using ::cudaMemset;
 using ::cudaMemsetAsync;
 using ::cudaPeekAtLastError;

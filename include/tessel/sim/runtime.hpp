@@ -681,3 +681,5 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
 }
 
 }  // namespace tessel::sim::api
+
+#include "mempool.hpp"

@@ -1,0 +1,168 @@
+// The second device-memory backend (TESSEL_ALLOC_CONF=backend:async): the driver's stream-ordered
+// allocator (cudaMallocAsync / cudaFreeAsync on the device's default memory pool). The pool does the
+// caching; tessel keeps the same statistics as far as the pool's attributes allow (allocations and
+// allocated bytes counted here, reserved bytes from the pool), the same record_stream semantics and
+// the same free-then-retry-then-OutOfMemoryError path.
+#pragma once
+
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../runtime/device.hpp"
+#include "config.hpp"
+#include "stats.hpp"
+
+namespace tessel::memory {
+
+// The cudaMallocAsync backend of one device. Thread-safe.
+class AsyncDeviceAllocator {
+public:
+    explicit AsyncDeviceAllocator(int device) : device_(device) {
+        DeviceGuard g(Device{device});
+        TESSEL_CUDA_CHECK(rt::api::cudaDeviceGetDefaultMemPool(&pool_, device));
+        // Keep freed memory in the pool across synchronisations (the pool is the cache).
+        std::uint64_t keep = ~std::uint64_t(0);
+        TESSEL_CUDA_CHECK(rt::api::cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
+    }
+
+    void* allocate(std::size_t bytes, rt::stream_t stream) {
+        DeviceGuard g(Device{device_});
+        void* p = nullptr;
+        cudaError_t e = rt::api::cudaMallocAsync(&p, bytes, stream);
+        if (e == cudaErrorMemoryAllocation) {
+            (void)rt::api::cudaGetLastError();
+            rt::device_synchronize();  // frees queued on streams complete, then the pool gives memory back
+            TESSEL_CUDA_CHECK(rt::api::cudaMemPoolTrimTo(pool_, 0));
+            std::lock_guard lk(m_);
+            ++stats_.num_alloc_retries;
+        }
+        if (e == cudaErrorMemoryAllocation) e = rt::api::cudaMallocAsync(&p, bytes, stream);
+        if (e == cudaErrorMemoryAllocation) {
+            (void)rt::api::cudaGetLastError();
+            std::lock_guard lk(m_);
+            ++stats_.num_ooms;
+            throw OutOfMemoryError(oom_message(bytes));
+        }
+        rt::check(e, "cudaMallocAsync");
+        std::lock_guard lk(m_);
+        live_[p] = Live{bytes, stream, {}};
+        const bool small = bytes <= (std::size_t(1) << 20);
+        stat_increase(stats_.allocation, small, 1);
+        stat_increase(stats_.allocated_bytes, small, std::int64_t(bytes));
+        stat_increase(stats_.requested_bytes, small, std::int64_t(bytes));
+        stat_increase(stats_.active, small, 1);
+        stat_increase(stats_.active_bytes, small, std::int64_t(bytes));
+        for (std::int64_t* peak : scope_peaks_) *peak = std::max(*peak, stats_.allocated_bytes[0].current);
+        return p;
+    }
+
+    // Frees on the allocating stream; streams recorded with record_stream are waited for first.
+    void deallocate(void* p) {
+        Live l;
+        {
+            std::lock_guard lk(m_);
+            auto it = live_.find(p);
+            require(it != live_.end(), "deallocate: pointer ", p, " is not a live allocation of the async backend");
+            l = std::move(it->second);
+            live_.erase(it);
+            const bool small = l.bytes <= (std::size_t(1) << 20);
+            stat_decrease(stats_.allocation, small, 1);
+            stat_decrease(stats_.allocated_bytes, small, std::int64_t(l.bytes));
+            stat_decrease(stats_.requested_bytes, small, std::int64_t(l.bytes));
+            stat_decrease(stats_.active, small, 1);
+            stat_decrease(stats_.active_bytes, small, std::int64_t(l.bytes));
+        }
+        DeviceGuard g(Device{device_});
+        for (rt::stream_t other : l.uses) {  // the free is ordered after their work
+            rt::event_t e = rt::event_create(false);
+            rt::event_record(e, other);
+            rt::stream_wait_event(l.stream, e);
+            rt::event_destroy(e);
+        }
+        TESSEL_CUDA_CHECK(rt::api::cudaFreeAsync(p, l.stream));
+    }
+
+    void record_stream(void* p, rt::stream_t stream) {
+        std::lock_guard lk(m_);
+        auto it = live_.find(p);
+        require(it != live_.end(), "record_stream: pointer ", p, " is not a live allocation of the async backend");
+        if (stream != it->second.stream) it->second.uses.push_back(stream);
+    }
+    bool owns(const void* p) {
+        std::lock_guard lk(m_);
+        return live_.count(const_cast<void*>(p)) != 0;
+    }
+
+    // Returns the pool's unused memory to the device (after queued frees complete).
+    void empty_cache() {
+        DeviceGuard g(Device{device_});
+        rt::device_synchronize();
+        TESSEL_CUDA_CHECK(rt::api::cudaMemPoolTrimTo(pool_, 0));
+    }
+
+    DeviceStats stats() {
+        std::uint64_t reserved = 0, reserved_high = 0;
+        TESSEL_CUDA_CHECK(rt::api::cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved));
+        TESSEL_CUDA_CHECK(rt::api::cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &reserved_high));
+        std::lock_guard lk(m_);
+        DeviceStats s = stats_;
+        s.reserved_bytes[0].current = std::int64_t(reserved);  // the pool does not split by size class
+        s.reserved_bytes[0].peak = std::int64_t(reserved_high);
+        return s;
+    }
+    void reset_peak_stats() {
+        std::uint64_t zero = 0;
+        TESSEL_CUDA_CHECK(rt::api::cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &zero));
+        std::lock_guard lk(m_);
+        stats_.reset_peaks();
+    }
+
+    std::int64_t open_scope(std::int64_t* peak) {
+        std::lock_guard lk(m_);
+        *peak = stats_.allocated_bytes[0].current;
+        scope_peaks_.push_back(peak);
+        return *peak;
+    }
+    std::int64_t read_scope(const std::int64_t* peak) {
+        std::lock_guard lk(m_);
+        return *peak;
+    }
+    void close_scope(std::int64_t* peak) {
+        std::lock_guard lk(m_);
+        std::erase(scope_peaks_, peak);
+    }
+
+private:
+    struct Live {
+        std::size_t bytes = 0;
+        rt::stream_t stream = nullptr;
+        std::vector<rt::stream_t> uses;
+    };
+
+    std::string oom_message(std::size_t requested) {
+        DeviceGuard g(Device{device_});
+        const rt::MemoryInfo info = rt::memory_info();
+        std::uint64_t reserved = 0;
+        (void)rt::api::cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved);
+        return detail::concat("out of memory on device ", device_, " (cudaMallocAsync backend): tried to allocate ", requested,
+                              " bytes.\n  device: ", info.total_bytes, " bytes total, ", info.free_bytes, " free\n  tessel: ",
+                              stats_.allocated_bytes[0].current, " bytes allocated in ", stats_.allocation[0].current,
+                              " block(s); the pool holds ", reserved, " bytes, of which ",
+                              std::int64_t(reserved) - stats_.allocated_bytes[0].current,
+                              " reserved but unallocated (trimmed before this error)\n"
+                              "What to try: release tensors you no longer need; use smaller batches or tensors; or "
+                              "the native backend (TESSEL_ALLOC_CONF=backend:native), whose cache you can tune.");
+    }
+
+    std::mutex m_;
+    int device_;
+    cudaMemPool_t pool_ = nullptr;
+    DeviceStats stats_;
+    std::unordered_map<void*, Live> live_;
+    std::vector<std::int64_t*> scope_peaks_;
+};
+
+}  // namespace tessel::memory

@@ -1,0 +1,92 @@
+// The cudaMallocAsync backend through the public API. ctest runs these in their own entry with
+// TESSEL_ALLOC_CONF=backend:async (and TESSEL_SIM_MEMORY=64MiB on the sim).
+#include <tessel/memory/allocator.hpp>
+#include <tessel/runtime/launch.hpp>
+#include <tessel/tensor/tensor.hpp>
+
+#include "../support/device_array.hpp"
+
+namespace mem = tessel::memory;
+
+namespace {
+constexpr std::size_t MiB = std::size_t(1) << 20;
+
+__global__ void slow_copy_async(const int* x, int* y, int n, int rounds) {
+    for (int r = 0; r < rounds; ++r)
+        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) y[i] = x[i] + r - r;
+}
+}  // namespace
+
+TEST_CASE("the async backend allocates, counts and reuses in stream order", "[.async]") {
+    REQUIRE(mem::backend() == mem::Backend::async);
+    mem::empty_cache();
+    const auto before = mem::stats();
+    auto s = tessel::rt::stream_create(true);
+    void* a = mem::allocate(3 * MiB, s);
+    auto during = mem::stats();
+    CHECK(during.allocation[0].current == before.allocation[0].current + 1);
+    CHECK(during.allocated_bytes[0].current == before.allocated_bytes[0].current + std::int64_t(3 * MiB));
+    CHECK(during.reserved_bytes[0].current >= during.allocated_bytes[0].current);
+    mem::deallocate(a);
+    void* b = mem::allocate(3 * MiB, s);  // same stream: reused at once
+    CHECK(b == a);
+    mem::deallocate(b);
+    CHECK(mem::stats().allocation[0].current == before.allocation[0].current);
+    {
+        auto t = tessel::arange<float>(0, 1000, 1, {.stream = s});
+        CHECK(t.to_vector()[999] == 999.f);
+    }
+    tessel::rt::stream_synchronize(s);
+    tessel::rt::stream_destroy(s);
+}
+
+TEST_CASE("the async backend honours record_stream", "[.async]") {
+    const int n = 1 << 15;
+    auto a = tessel::rt::stream_create(true), b = tessel::rt::stream_create(true);
+    std::vector<int> h(n);
+    for (int i = 0; i < n; ++i) h[i] = i * 5 + 2;
+    tessel::testing::DeviceArray<int> y(n);
+    int* x = static_cast<int*>(mem::allocate(n * sizeof(int), a));
+    tessel::rt::memcpy_async(x, h.data(), n * sizeof(int), a);
+    auto ready = tessel::rt::event_create(false);
+    tessel::rt::event_record(ready, a);
+    tessel::rt::stream_wait_event(b, ready);
+    tessel::launch(slow_copy_async, 8, 256, 0, b, x, y.data(), n, 300);
+    mem::record_stream(x, b);
+    mem::deallocate(x);
+    int* x2 = static_cast<int*>(mem::allocate(n * sizeof(int), a));
+    tessel::rt::memset_async(x2, 0, n * sizeof(int), a);  // ordered after b's reader when x2 == x
+    tessel::rt::stream_synchronize(b);
+    tessel::testing::check_equal(y.download(), h, "what the reader on stream b saw");
+    tessel::rt::device_synchronize();
+    mem::deallocate(x2);
+    tessel::rt::event_destroy(ready);
+    tessel::rt::stream_destroy(a);
+    tessel::rt::stream_destroy(b);
+}
+
+#if defined(TESSEL_BACKEND_SIM)
+TEST_CASE("the async backend trims the pool and retries before OutOfMemoryError", "[.async]") {
+    REQUIRE(tessel::properties().total_memory == 64 * MiB);
+    mem::empty_cache();
+    void* a = mem::allocate(20 * MiB);
+    void* b = mem::allocate(20 * MiB);
+    mem::deallocate(a);                 // back in the pool, still reserved
+    void* c = mem::allocate(40 * MiB);  // fits only after the pool is trimmed
+    CHECK(mem::stats().num_alloc_retries == 1);
+    try {
+        (void)mem::allocate(10 * MiB);
+        FAIL("allocation beyond the capacity did not fail");
+    } catch (const tessel::OutOfMemoryError& e) {
+        const std::string msg = e.what();
+        INFO(msg);
+        CHECK(msg.find("cudaMallocAsync backend") != std::string::npos);
+        CHECK(msg.find("tried to allocate 10485760 bytes") != std::string::npos);
+    }
+    CHECK(mem::stats().num_ooms == 1);
+    mem::deallocate(b);
+    mem::deallocate(c);
+    mem::empty_cache();
+    CHECK(mem::stats().reserved_bytes[0].current == 0);
+}
+#endif
