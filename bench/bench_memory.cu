@@ -22,7 +22,7 @@ void BM_CachedPair(benchmark::State& state) {
         benchmark::DoNotOptimize(p);
         mem::deallocate(p);
     }
-    state.SetLabel("tessel caching allocator");
+    state.SetLabel(mem::backend() == mem::Backend::async ? "cudaMallocAsync backend" : "native caching allocator");
 }
 BENCHMARK(BM_CachedPair)->RangeMultiplier(16)->Range(512, 256 << 20);
 

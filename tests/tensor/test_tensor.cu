@@ -1,5 +1,6 @@
 // Tensor<T>: factories in every memory space, views checked element by element against host index
 // arithmetic, copies, storage lifetime, dtypes, element access, printing and bad input.
+#include <tessel/runtime/launch.hpp>
 #include <tessel/tensor/tensor.hpp>
 
 #include <numeric>
@@ -204,4 +205,25 @@ TEST_CASE("managed tensors prefetch and take advice; other spaces refuse", "[ten
     auto d = tessel::zeros<float>({4});
     CHECK_THROWS_AS(d.prefetch(std::nullopt), tessel::InvalidArgument);
     CHECK_THROWS_AS(d.advise(cudaMemAdviseSetReadMostly, std::nullopt), tessel::InvalidArgument);
+}
+
+namespace {
+__global__ void busy_add(float* x, int n, int rounds) {
+    for (int r = 0; r < rounds; ++r)
+        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] += 1.f;
+}
+}  // namespace
+
+TEST_CASE("non-blocking copies return once queued and stay ordered on their stream", "[tensor][copy][stream]") {
+    const int n = 1 << 16;
+    tessel::Stream s = tessel::Stream::create();
+    auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
+    tessel::launch(busy_add, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere, slowly
+    auto pinned = d.to({.space = MemorySpace::pinned, .stream = s.handle(), .non_blocking = true});
+    CHECK_FALSE(s.query());  // the copy is queued behind the kernel, not done
+    s.synchronize();
+    CHECK(pinned.to_vector() == std::vector<float>(std::size_t(n), 200.f));
+    auto back = pinned.to({.space = MemorySpace::device, .stream = s.handle(), .non_blocking = true});
+    s.synchronize();  // to_vector() reads on the current stream, which does not wait for s
+    CHECK(back.to_vector() == std::vector<float>(std::size_t(n), 200.f));
 }

@@ -25,6 +25,10 @@ struct TensorOptions {
     MemorySpace space = MemorySpace::device;
     std::optional<Device> device = {};        // default: the current device
     std::optional<rt::stream_t> stream = {};  // default: the current stream of that device
+    // Copies (to, clone) return once queued instead of once done: synchronise the stream before
+    // reading a host result. Only contiguous copies involving device or pinned memory can be
+    // asynchronous; others complete before returning.
+    bool non_blocking = false;
 
     Device resolved_device() const { return device ? *device : current_device(); }
     rt::stream_t resolved_stream() const { return stream ? *stream : current_stream(resolved_device()).handle(); }
@@ -247,15 +251,30 @@ namespace detail {
 // Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst_space`.
 // Contiguous sources are one copy; others are gathered on the host from a copy of the memory their
 // layout spans (device-side gather kernels replace this path with the copy kernels).
+// Declares that work queued on `stream` uses `s`, so its memory is not reused before that work ends.
+inline void record_use(const Storage& s, rt::stream_t stream) {
+    if (s.space() == MemorySpace::pinned) memory::record_host_use(s.data(), stream);
+    else if (s.space() == MemorySpace::device) memory::record_stream(s.data(), stream);
+}
+
 template <Element T>
-void copy_to_contiguous(const Tensor<T>& src, T* dst_data, MemorySpace dst_space, rt::stream_t stream) {
+void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, bool non_blocking) {
     const std::int64_t n = src.numel();
     if (n == 0) return;
+    const MemorySpace dst_space = dst.space();
     const bool src_host = is_plain_host(src.space()), dst_host = is_plain_host(dst_space);
     if (src.is_contiguous()) {
-        if (src_host && dst_host) std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
-        else rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
-        if (!dst_host || !src_host) rt::stream_synchronize(stream);
+        if (src_host && dst_host) {
+            std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
+            return;
+        }
+        rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
+        if (non_blocking) {  // both buffers must outlive the queued copy, whatever their owners do
+            record_use(*src.storage(), stream);
+            record_use(dst, stream);
+        } else {
+            rt::stream_synchronize(stream);
+        }
         return;
     }
     const auto extent = *src.layout().extent();
@@ -291,7 +310,7 @@ Tensor<T> Tensor<T>::to(TensorOptions o) const {
     need();
     if (!o.device) o.device = device();
     Tensor<T> out = empty<T>(shape(), o);
-    detail::copy_to_contiguous(*this, out.data(), out.space(), o.resolved_stream());
+    detail::copy_to_contiguous(*this, out.data(), *out.storage(), o.resolved_stream(), o.non_blocking);
     return out;
 }
 
