@@ -3,6 +3,8 @@
 // copied once. On the sim these are CPU memcpy figures, never GPU ones.
 #include <benchmark/benchmark.h>
 
+#include "bench_main.hpp"
+
 #include <tessel/kernels/elementwise.cuh>
 #include <tessel/runtime/launch.hpp>
 #include <tessel/stream/pipeline.hpp>
@@ -61,16 +63,4 @@ BENCHMARK(BM_Pipeline)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->U
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    if (!tessel::is_available()) {
-        std::printf("SKIPPED: %s\n", tessel::unavailable_reason().c_str());
-        return 77;
-    }
-    benchmark::AddCustomContext("backend", tessel::backend_name);
-    benchmark::AddCustomContext("device", tessel::properties().name);
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
-}
+TESSEL_BENCHMARK_MAIN()

@@ -4,6 +4,8 @@
 //   bench_memory --benchmark_out=memory.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include "bench_main.hpp"
+
 #include <tessel/memory/allocator.hpp>
 #include <tessel/memory/host_allocator.hpp>
 
@@ -81,16 +83,4 @@ BENCHMARK(BM_Churn)->Iterations(200000);
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    if (!tessel::is_available()) {
-        std::printf("SKIPPED: %s\n", tessel::unavailable_reason().c_str());
-        return 77;
-    }
-    benchmark::AddCustomContext("backend", tessel::backend_name);
-    benchmark::AddCustomContext("device", tessel::properties().name);
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
-}
+TESSEL_BENCHMARK_MAIN()

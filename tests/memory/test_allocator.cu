@@ -11,17 +11,13 @@
 #include <thread>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 namespace mem = tessel::memory;
 
 namespace {
 
 constexpr std::size_t MiB = std::size_t(1) << 20;
-
-__global__ void slow_copy(const int* x, int* y, int n, int rounds) {
-    for (int r = 0; r < rounds; ++r)
-        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) y[i] = x[i] + r - r;
-}
 
 // Allocated blocks as the snapshot shows them: address -> size.
 std::map<std::uintptr_t, std::size_t> allocated_blocks(const std::vector<mem::SegmentInfo>& snap) {
@@ -133,7 +129,7 @@ TEST_CASE("record_stream keeps a block from reuse until the other stream passes 
         auto ready = tessel::rt::event_create(false);
         tessel::rt::event_record(ready, a);
         tessel::rt::stream_wait_event(b, ready);
-        tessel::launch(slow_copy, 8, 256, 0, b, x, y.data(), n, 300);  // reads x for a while on b
+        tessel::launch(tessel::testing::slow_copy<int>, 8, 256, 0, b, x, y.data(), n, 300);  // reads x for a while on b
         mem::record_stream(x, b);
         mem::deallocate(x);
         int* x2 = static_cast<int*>(mem::allocate(n * sizeof(int), a));

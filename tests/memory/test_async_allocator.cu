@@ -5,16 +5,12 @@
 #include <tessel/tensor/tensor.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 namespace mem = tessel::memory;
 
 namespace {
 constexpr std::size_t MiB = std::size_t(1) << 20;
-
-__global__ void slow_copy_async(const int* x, int* y, int n, int rounds) {
-    for (int r = 0; r < rounds; ++r)
-        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) y[i] = x[i] + r - r;
-}
 }  // namespace
 
 TEST_CASE("the async backend allocates, counts and reuses in stream order", "[.async]") {
@@ -51,7 +47,7 @@ TEST_CASE("the async backend honours record_stream", "[.async]") {
     auto ready = tessel::rt::event_create(false);
     tessel::rt::event_record(ready, a);
     tessel::rt::stream_wait_event(b, ready);
-    tessel::launch(slow_copy_async, 8, 256, 0, b, x, y.data(), n, 300);
+    tessel::launch(tessel::testing::slow_copy<int>, 8, 256, 0, b, x, y.data(), n, 300);
     mem::record_stream(x, b);
     mem::deallocate(x);
     int* x2 = static_cast<int*>(mem::allocate(n * sizeof(int), a));

@@ -4,15 +4,9 @@
 #include <tessel/runtime/launch.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 namespace mem = tessel::memory;
-
-namespace {
-__global__ void busy(int* x, int n, int rounds) {
-    for (int r = 0; r < rounds; ++r)
-        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] += 1;
-}
-}  // namespace
 
 TEST_CASE("pinned blocks are rounded, cached and reused", "[memory][host]") {
     mem::empty_host_cache();
@@ -35,7 +29,7 @@ TEST_CASE("a pinned block used by a stream is not reused before the stream passe
     tessel::testing::DeviceArray<int> x(std::vector<int>(n, 0));
     auto s = tessel::rt::stream_create(true);
     void* p = mem::allocate_host(4096);
-    tessel::launch(busy, 4, 256, 0, s, x.data(), n, 400);  // keeps s busy
+    tessel::launch(tessel::testing::slow_add_one<int>, 4, 256, 0, s, x.data(), n, 400);  // keeps s busy
     tessel::rt::memcpy_async(p, x.data(), 4096, s);        // pinned: queued behind the kernel
     mem::record_host_use(p, s);
     mem::deallocate_host(p);

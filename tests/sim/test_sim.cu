@@ -5,6 +5,7 @@
 #include <tessel/runtime/launch.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 #if defined(TESSEL_BACKEND_SIM)
 
@@ -83,11 +84,6 @@ __global__ void spin_until(int* flag, int* done) {
     while (atomicAdd(flag, 0) == 0) {  // the host sets the flag; an atomic read keeps TSan exact
     }
     *done = 1;
-}
-
-__global__ void slow_fill(int* x, int n, int value, int rounds) {
-    for (int r = 0; r < rounds; ++r)
-        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] = value + r - r;
 }
 
 std::string fault_of(auto&& launch) {
@@ -226,7 +222,7 @@ TEST_CASE("stream_wait_event orders work across streams", "[sim][stream]") {
     x.poison();
     auto a = tessel::rt::stream_create(true), b = tessel::rt::stream_create(true);
     auto e = tessel::rt::event_create();
-    tessel::launch(slow_fill, 4, 256, 0, a, x.data(), n, 42, 200);
+    tessel::launch(tessel::testing::slow_fill<int>, 4, 256, 0, a, x.data(), n, 42, 200);
     tessel::rt::event_record(e, a);
     tessel::rt::stream_wait_event(b, e);
     tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), b);

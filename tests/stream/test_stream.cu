@@ -7,16 +7,12 @@
 #include <thread>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 namespace {
 __global__ void half_of(const int* in, float* out, int n) {
     const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n) out[i] = float(in[i]) * 0.5f;
-}
-
-__global__ void fill_slowly(int* x, int n, int value, int rounds) {
-    for (int r = 0; r < rounds; ++r)
-        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] = value + r - r;
 }
 }  // namespace
 
@@ -35,7 +31,7 @@ TEST_CASE("streams are shared values; events order and time them", "[stream]") {
 
     tessel::Event start, done;
     start.record(producer);
-    tessel::launch(fill_slowly, 8, 256, 0, producer.handle(), x.data(), n, 7, 100);
+    tessel::launch(tessel::testing::slow_fill<int>, 8, 256, 0, producer.handle(), x.data(), n, 7, 100);
     done.record(producer);
     consumer.wait(done);
     tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), consumer.handle());

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 namespace {
 
@@ -207,18 +208,11 @@ TEST_CASE("managed tensors prefetch and take advice; other spaces refuse", "[ten
     CHECK_THROWS_AS(d.advise(cudaMemAdviseSetReadMostly, std::nullopt), tessel::InvalidArgument);
 }
 
-namespace {
-__global__ void busy_add(float* x, int n, int rounds) {
-    for (int r = 0; r < rounds; ++r)
-        for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) x[i] += 1.f;
-}
-}  // namespace
-
 TEST_CASE("non-blocking copies return once queued and stay ordered on their stream", "[tensor][copy][stream]") {
     const int n = 1 << 16;
     tessel::Stream s = tessel::Stream::create();
     auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
-    tessel::launch(busy_add, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere, slowly
+    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere, slowly
     auto pinned = d.to({.space = MemorySpace::pinned, .stream = s.handle(), .non_blocking = true});
     CHECK_FALSE(s.query());  // the copy is queued behind the kernel, not done
     s.synchronize();

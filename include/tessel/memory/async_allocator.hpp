@@ -55,7 +55,7 @@ public:
         stat_increase(stats_.requested_bytes, small, std::int64_t(bytes));
         stat_increase(stats_.active, small, 1);
         stat_increase(stats_.active_bytes, small, std::int64_t(bytes));
-        for (std::int64_t* peak : scope_peaks_) *peak = std::max(*peak, stats_.allocated_bytes[0].current);
+        scopes_.update(stats_.allocated_bytes[0].current);
         return p;
     }
 
@@ -122,9 +122,7 @@ public:
 
     std::int64_t open_scope(std::int64_t* peak) {
         std::lock_guard lk(m_);
-        *peak = stats_.allocated_bytes[0].current;
-        scope_peaks_.push_back(peak);
-        return *peak;
+        return scopes_.open(peak, stats_.allocated_bytes[0].current);
     }
     std::int64_t read_scope(const std::int64_t* peak) {
         std::lock_guard lk(m_);
@@ -132,7 +130,7 @@ public:
     }
     void close_scope(std::int64_t* peak) {
         std::lock_guard lk(m_);
-        std::erase(scope_peaks_, peak);
+        scopes_.close(peak);
     }
 
 private:
@@ -162,7 +160,7 @@ private:
     cudaMemPool_t pool_ = nullptr;
     DeviceStats stats_;
     std::unordered_map<void*, Live> live_;
-    std::vector<std::int64_t*> scope_peaks_;
+    ScopePeaks scopes_;  // open MemoryScopes
 };
 
 }  // namespace tessel::memory

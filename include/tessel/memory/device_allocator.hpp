@@ -156,9 +156,7 @@ public:
     // MemoryScope's hooks: `peak` follows allocated bytes from now until close_scope.
     std::int64_t open_scope(std::int64_t* peak) {
         std::lock_guard lk(m_);
-        *peak = stats_.allocated_bytes[0].current;
-        scope_peaks_.push_back(peak);
-        return *peak;
+        return scopes_.open(peak, stats_.allocated_bytes[0].current);
     }
     std::int64_t read_scope(const std::int64_t* peak) {
         std::lock_guard lk(m_);
@@ -166,7 +164,7 @@ public:
     }
     void close_scope(std::int64_t* peak) {
         std::lock_guard lk(m_);
-        std::erase(scope_peaks_, peak);
+        scopes_.close(peak);
     }
 
 private:
@@ -236,7 +234,7 @@ private:
         active_.insert(block);
         stat_increase(stats_.allocation, small, 1);
         stat_increase(stats_.allocated_bytes, small, std::int64_t(block->size));
-        for (std::int64_t* peak : scope_peaks_) *peak = std::max(*peak, stats_.allocated_bytes[0].current);
+        scopes_.update(stats_.allocated_bytes[0].current);
         stat_increase(stats_.requested_bytes, small, std::int64_t(requested));
         stat_increase(stats_.active, small, 1);
         stat_increase(stats_.active_bytes, small, std::int64_t(block->size));
@@ -371,7 +369,7 @@ private:
     std::size_t reserved_ = 0;
     std::size_t reserved_limit_ = std::numeric_limits<std::size_t>::max();
     std::uint64_t segments_made_ = 0;
-    std::vector<std::int64_t*> scope_peaks_;  // open MemoryScopes (usually none)
+    ScopePeaks scopes_;  // open MemoryScopes
 };
 
 }  // namespace tessel::memory

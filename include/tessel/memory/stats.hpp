@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace tessel::memory {
 
@@ -57,6 +58,20 @@ struct DeviceStats {
         for (StatArray* a : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &requested_bytes,
                              &reserved_bytes, &active_bytes, &inactive_split_bytes})
             for (Stat& s : *a) s.reset_peak();
+    }
+};
+
+// The peaks of open MemoryScopes; the owning allocator calls these under its own lock.
+struct ScopePeaks {
+    std::vector<std::int64_t*> open_peaks;  // usually empty
+    std::int64_t open(std::int64_t* peak, std::int64_t current) {
+        *peak = current;
+        open_peaks.push_back(peak);
+        return current;
+    }
+    void close(std::int64_t* peak) { std::erase(open_peaks, peak); }
+    void update(std::int64_t current) {
+        for (std::int64_t* p : open_peaks) *p = std::max(*p, current);
     }
 };
 
