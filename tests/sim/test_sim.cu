@@ -1,6 +1,7 @@
 // What only the sim does: report barriers and warp collectives that part of a block never reaches,
 // shake the thread schedule to expose a missing __syncthreads, poison shared memory, run streams
 // asynchronously, and fail allocations at its configured capacity.
+#include <tessel/memory/allocator.hpp>
 #include <tessel/runtime/device.hpp>
 #include <tessel/runtime/launch.hpp>
 
@@ -266,6 +267,23 @@ TEST_CASE("several simulated devices keep separate memory", "[.multidevice]") {
     tessel::rt::free_device(p);
     CHECK_THROWS_AS(tessel::set_device(tessel::Device{3}), tessel::InvalidArgument);
     tessel::set_device(tessel::Device{0});
+
+    // An event records only streams of its own device (as in CUDA) ...
+    tessel::set_device(tessel::Device{1});
+    auto s1 = tessel::rt::stream_create(true);
+    tessel::set_device(tessel::Device{0});
+    auto e0 = tessel::rt::event_create(false);
+    CHECK_THROWS_AS(tessel::rt::event_record(e0, s1), tessel::CudaError);
+    tessel::rt::event_destroy(e0);
+    // ... so a block of device 0 used on a stream of device 1 is released through device 1's events.
+    for (int round = 0; round < 2; ++round) {
+        void* q = tessel::memory::allocate(4096);
+        tessel::memory::record_stream(q, s1, tessel::Device{1});
+        tessel::memory::deallocate(q);  // must neither throw nor lose the block
+    }
+    tessel::memory::empty_cache();  // waits for the recorded events, then returns the blocks
+    CHECK(tessel::memory::stats(tessel::Device{0}).active[0].current == 0);
+    tessel::rt::stream_destroy(s1);
 }
 
 #endif  // TESSEL_BACKEND_SIM

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -52,9 +53,9 @@ public:
         device(b->device).free(b);
     }
 
-    void record_stream(void* p, rt::stream_t stream) {
+    void record_stream(void* p, rt::stream_t stream, int stream_device) {
         if (backend_ == Backend::async) {
-            async(async_device_of(p, "record_stream", false)).record_stream(p, stream);
+            async(async_device_of(p, "record_stream", false)).record_stream(p, stream, stream_device);
             return;
         }
         Block* b = nullptr;
@@ -65,7 +66,13 @@ public:
                     " is not the start of a live allocation of tessel's caching allocator");
             b = it->second;
         }
-        device(b->device).record_stream(b, stream);
+        device(b->device).record_stream(b, stream, stream_device);
+    }
+
+    // True if `p` is the start of a live allocation of this allocator.
+    bool owns(const void* p) {
+        std::lock_guard lk(map_m_);
+        return blocks_.count(const_cast<void*>(p)) != 0 || async_devices_.count(const_cast<void*>(p)) != 0;
     }
 
     // The native allocator of device d (Unsupported under the async backend).
@@ -129,9 +136,14 @@ inline void* allocate(std::size_t bytes, rt::stream_t stream = nullptr) {
 }
 // Returns memory from allocate(); it is reused at once by work on its stream.
 inline void deallocate(void* p) { CachingAllocator::instance().deallocate(p); }
-// Declares that work on `stream` uses `p`: after deallocate(p), the memory is not reused until the
-// work queued on `stream` at that moment has completed.
-inline void record_stream(void* p, rt::stream_t stream) { CachingAllocator::instance().record_stream(p, stream); }
+// Declares that work on `stream` (a stream of `stream_device`, by default the current device) uses
+// `p`: after deallocate(p), the memory is not reused until the work queued on `stream` at that
+// moment has completed.
+inline void record_stream(void* p, rt::stream_t stream, std::optional<Device> stream_device = std::nullopt) {
+    CachingAllocator::instance().record_stream(p, stream, (stream_device ? *stream_device : current_device()).index);
+}
+// True if `p` is the start of a live allocation of tessel's device allocator.
+inline bool owns(const void* p) { return CachingAllocator::instance().owns(p); }
 
 // Returns all cached, unused memory of every device to the runtime.
 inline void empty_cache() {

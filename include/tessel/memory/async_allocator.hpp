@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -29,6 +30,11 @@ public:
     }
 
     void* allocate(std::size_t bytes, rt::stream_t stream) {
+        if (bytes > std::numeric_limits<std::size_t>::max() / 2) {
+            std::lock_guard lk(m_);
+            ++stats_.num_ooms;
+            throw OutOfMemoryError(oom_message(bytes));
+        }
         DeviceGuard g(Device{device_});
         void* p = nullptr;
         cudaError_t e = rt::api::cudaMallocAsync(&p, bytes, stream);
@@ -76,20 +82,24 @@ public:
             stat_decrease(stats_.active_bytes, small, std::int64_t(l.bytes));
         }
         DeviceGuard g(Device{device_});
-        for (rt::stream_t other : l.uses) {  // the free is ordered after their work
-            rt::event_t e = rt::event_create(false);
-            rt::event_record(e, other);
+        for (const auto& [other, other_device] : l.uses) {  // the free is ordered after their work
+            rt::event_t e = nullptr;
+            {
+                DeviceGuard og(Device{other_device});
+                e = rt::event_create(false);
+                rt::event_record(e, other);
+            }
             rt::stream_wait_event(l.stream, e);
             rt::event_destroy(e);
         }
         TESSEL_CUDA_CHECK(rt::api::cudaFreeAsync(p, l.stream));
     }
 
-    void record_stream(void* p, rt::stream_t stream) {
+    void record_stream(void* p, rt::stream_t stream, int stream_device) {
         std::lock_guard lk(m_);
         auto it = live_.find(p);
         require(it != live_.end(), "record_stream: pointer ", p, " is not a live allocation of the async backend");
-        if (stream != it->second.stream) it->second.uses.push_back(stream);
+        if (stream != it->second.stream || stream_device != device_) it->second.uses.emplace_back(stream, stream_device);
     }
     bool owns(const void* p) {
         std::lock_guard lk(m_);
@@ -137,7 +147,7 @@ private:
     struct Live {
         std::size_t bytes = 0;
         rt::stream_t stream = nullptr;
-        std::vector<rt::stream_t> uses;
+        std::vector<std::pair<rt::stream_t, int>> uses;  // other streams and their devices
     };
 
     std::string oom_message(std::size_t requested) {

@@ -13,6 +13,14 @@ namespace tessel::memory {
 
 struct BlockPool;
 
+// A stream other than the allocating one that uses a block, and the device that stream belongs to
+// (events must be created and recorded on the stream's own device).
+struct StreamUse {
+    rt::stream_t stream = nullptr;
+    int device = 0;
+    friend bool operator==(const StreamUse&, const StreamUse&) = default;
+};
+
 // One block: its place, size, owning stream and pool, and its neighbours within the segment.
 struct Block {
     int device = 0;
@@ -23,7 +31,7 @@ struct Block {
     char* ptr = nullptr;
     bool allocated = false;
     int event_count = 0;                     // streams that used it and have not yet passed its free
-    std::vector<rt::stream_t> stream_uses;   // record_stream(): other streams using it
+    std::vector<StreamUse> stream_uses;      // record_stream(): other streams using it
     Block* prev = nullptr;                   // neighbours in the same segment
     Block* next = nullptr;
     std::uint64_t segment = 0;               // id of the cudaMalloc it came from

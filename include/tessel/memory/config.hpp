@@ -1,5 +1,5 @@
 // Settings of the caching device allocator, from TESSEL_ALLOC_CONF (read once) and set_memory_fraction.
-//   TESSEL_ALLOC_CONF="max_split_size_mb:256,backend:async,roundup_bytes:512"
+//   TESSEL_ALLOC_CONF="max_split_size_mb:256,backend:native"
 #pragma once
 
 #include <cstddef>

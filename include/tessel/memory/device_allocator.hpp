@@ -11,7 +11,9 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <cstdio>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -67,7 +69,10 @@ public:
         try {
             std::lock_guard lk(m_);
             release_cached_blocks();
-            for (rt::event_t e : event_pool_) rt::event_destroy(e);
+            for (auto& [dev, events] : event_pool_) {
+                DeviceGuard g(Device{dev});
+                for (rt::event_t e : events) rt::event_destroy(e);
+            }
         } catch (...) {  // a destructor must not throw; the runtime may already be gone at exit
         }
     }
@@ -77,6 +82,11 @@ public:
     // A block of at least `bytes` for use on `stream`. Throws OutOfMemoryError when even an empty
     // cache leaves too little device memory.
     Block* malloc(std::size_t bytes, rt::stream_t stream) {
+        if (bytes > std::numeric_limits<std::size_t>::max() / 2) {  // rounding would overflow
+            std::lock_guard lk(m_);
+            ++stats_.num_ooms;
+            throw OutOfMemoryError(oom_message(bytes));
+        }
         std::lock_guard lk(m_);
         process_events();
         const std::size_t size = round_size(bytes);
@@ -105,19 +115,34 @@ public:
         const bool small = block->pool->is_small;
         stat_decrease(stats_.allocation, small, 1);
         stat_decrease(stats_.allocated_bytes, small, std::int64_t(block->size));
-        stat_decrease(stats_.requested_bytes, small, std::int64_t(block->requested));
-        block->requested = 0;
-        if (!block->stream_uses.empty()) insert_events(block);
-        else free_block(block);
+        if (block->stream_uses.empty()) {
+            free_block(block);
+            return;
+        }
+        try {
+            insert_events(block);
+        } catch (const std::exception& e) {
+            // The other streams cannot be waited for by event (a destroyed stream?): wait for the
+            // whole device instead, so the block is never lost from the pools.
+            std::fprintf(stderr, "tessel: waiting for device %d instead of recorded streams: %s\n", device_, e.what());
+            try {
+                DeviceGuard g(Device{device_});
+                rt::device_synchronize();
+            } catch (...) {
+            }
+            if (block->event_count == 0) free_block(block);
+        }
     }
 
-    // Marks `block` as used by `stream` too, so a free waits for work queued there.
-    void record_stream(Block* block, rt::stream_t stream) {
+    // Marks `block` as used by `stream` (of `stream_device`) too, so a free waits for work queued there.
+    void record_stream(Block* block, rt::stream_t stream, int stream_device) {
         std::lock_guard lk(m_);
-        if (stream == block->stream) return;
-        for (rt::stream_t s : block->stream_uses)
-            if (s == stream) return;
-        block->stream_uses.push_back(stream);
+        require(block->allocated, "record_stream: the block at ", static_cast<void*>(block->ptr), " is not in use");
+        if (stream == block->stream && stream_device == device_) return;
+        const StreamUse use{stream, stream_device};
+        for (const StreamUse& u : block->stream_uses)
+            if (u == use) return;
+        block->stream_uses.push_back(use);
     }
 
     // Returns every cached segment with no block in use to the runtime.
@@ -168,6 +193,13 @@ public:
     }
 
 private:
+    // An event recorded on a stream that used a freed block.
+    struct Pending {
+        rt::event_t event;
+        int device;
+        Block* block;
+    };
+
     Block* take_free_block(BlockPool& pool, std::size_t size, rt::stream_t stream) {
         Block key(device_, stream, size, &pool, nullptr);
         auto it = pool.blocks.lower_bound(&key);
@@ -231,6 +263,7 @@ private:
         }
         block->allocated = true;
         block->requested = requested;
+        block->stream_uses.clear();
         active_.insert(block);
         stat_increase(stats_.allocation, small, 1);
         stat_increase(stats_.allocated_bytes, small, std::int64_t(block->size));
@@ -245,6 +278,8 @@ private:
     void free_block(Block* block) {
         BlockPool& pool = *block->pool;
         const bool small = pool.is_small;
+        stat_decrease(stats_.requested_bytes, small, std::int64_t(block->requested));  // as PyTorch: at the real free
+        block->requested = 0;
         const std::int64_t original = std::int64_t(block->size);
         std::int64_t split_blocks = 0, split_bytes = 0;
         for (Block* neighbour : {block->prev, block->next}) {
@@ -288,41 +323,50 @@ private:
     }
 
     void insert_events(Block* block) {
-        DeviceGuard g(Device{device_});
-        for (rt::stream_t s : block->stream_uses) {
-            rt::event_t e = event_pool_.empty() ? rt::event_create(false) : event_pool_.back();
-            if (!event_pool_.empty()) event_pool_.pop_back();
-            rt::event_record(e, s);
+        while (!block->stream_uses.empty()) {
+            const StreamUse use = block->stream_uses.back();
+            DeviceGuard g(Device{use.device});  // an event is recorded on its own device's stream
+            auto& spare = event_pool_[use.device];
+            rt::event_t e = spare.empty() ? rt::event_create(false) : spare.back();
+            if (!spare.empty()) spare.pop_back();
+            try {
+                rt::event_record(e, use.stream);
+            } catch (...) {
+                spare.push_back(e);
+                throw;
+            }
+            block->stream_uses.pop_back();
             ++block->event_count;
-            pending_.emplace_back(e, block);
+            pending_.push_back(Pending{e, use.device, block});
         }
-        block->stream_uses.clear();
     }
 
     // Returns blocks whose recorded streams have passed their free point.
     void process_events() {
         if (pending_.empty()) return;
         for (auto it = pending_.begin(); it != pending_.end();) {
-            if (!rt::event_query(it->first)) {
+            if (!rt::event_query(it->event)) {
                 ++it;
                 continue;
             }
-            event_done(*it);
-            it = pending_.erase(it);
+            const Pending p = *it;
+            it = pending_.erase(it);  // off the list before anything else can throw
+            event_done(p);
         }
     }
 
     void synchronize_and_free_events() {
-        for (auto& p : pending_) {
-            rt::event_synchronize(p.first);
+        while (!pending_.empty()) {
+            const Pending p = pending_.front();
+            rt::event_synchronize(p.event);
+            pending_.pop_front();
             event_done(p);
         }
-        pending_.clear();
     }
 
-    void event_done(std::pair<rt::event_t, Block*>& p) {
-        event_pool_.push_back(p.first);
-        if (--p.second->event_count == 0) free_block(p.second);
+    void event_done(const Pending& p) {
+        event_pool_[p.device].push_back(p.event);
+        if (--p.block->event_count == 0) free_block(p.block);
     }
 
     // Frees every cached segment that is whole (not split) and unused.
@@ -364,8 +408,8 @@ private:
     DeviceStats stats_;
     BlockPool small_{true}, large_{false};
     std::unordered_set<Block*> active_;                   // handed out, or waiting for other streams
-    std::deque<std::pair<rt::event_t, Block*>> pending_;  // frees waiting for other streams
-    std::vector<rt::event_t> event_pool_;
+    std::deque<Pending> pending_;                                     // frees waiting for other streams
+    std::unordered_map<int, std::vector<rt::event_t>> event_pool_;  // spare events per device
     std::size_t reserved_ = 0;
     std::size_t reserved_limit_ = std::numeric_limits<std::size_t>::max();
     std::uint64_t segments_made_ = 0;

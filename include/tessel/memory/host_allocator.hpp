@@ -7,12 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "../runtime/rt.hpp"
+#include "../runtime/device.hpp"
 #include "stats.hpp"
 
 namespace tessel::memory {
@@ -35,6 +37,8 @@ public:
 
     void* allocate(std::size_t bytes) {
         if (bytes == 0) return nullptr;
+        if (bytes > (std::numeric_limits<std::size_t>::max() >> 2))
+            fail<OutOfMemoryError>("out of pinned host memory: cannot allocate ", bytes, " bytes");
         const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 512));
         std::lock_guard lk(m_);
         process_events();
@@ -67,9 +71,9 @@ public:
             free_[b.size].push_back(p);
             return;
         }
-        for (rt::stream_t s : b.streams) {
-            rt::event_t e = spare_events_.empty() ? rt::event_create(false) : spare_events_.back();
-            if (!spare_events_.empty()) spare_events_.pop_back();
+        for (const auto& [s, dev] : b.streams) {
+            DeviceGuard g(Device{dev});  // events of one device for streams of that device
+            rt::event_t e = rt::event_create(false);
             rt::event_record(e, s);
             ++b.pending;
             pending_.emplace_back(e, p);
@@ -77,14 +81,14 @@ public:
         b.streams.clear();
     }
 
-    // Declares that work queued on `stream` (e.g. an async copy) uses the block at `p`.
-    void record_use(void* p, rt::stream_t stream) {
+    // Declares that work queued on `stream` (of `device`; e.g. an async copy) uses the block at `p`.
+    void record_use(void* p, rt::stream_t stream, int device) {
         std::lock_guard lk(m_);
         Block& b = find(p, "record_host_use");
         require(b.allocated, "record_host_use: pinned block ", p, " is not in use");
-        for (rt::stream_t s : b.streams)
-            if (s == stream) return;
-        b.streams.push_back(stream);
+        for (const auto& u : b.streams)
+            if (u.first == stream && u.second == device) return;
+        b.streams.emplace_back(stream, device);
     }
 
     // True if `p` is the start of a block of this cache (in use or not).
@@ -96,11 +100,12 @@ public:
     // Frees every cached block no stream still uses.
     void empty_cache() {
         std::lock_guard lk(m_);
-        for (auto& [e, p] : pending_) {
+        while (!pending_.empty()) {
+            const auto [e, p] = pending_.front();
             rt::event_synchronize(e);
+            pending_.pop_front();
             event_done(e, p);
         }
-        pending_.clear();
         for (auto& [size, ptrs] : free_) {
             for (void* p : ptrs) {
                 rt::free_pinned(p);
@@ -122,7 +127,7 @@ private:
         std::size_t size = 0;
         bool allocated = false;
         int pending = 0;                      // events not yet passed
-        std::vector<rt::stream_t> streams;    // recorded users since the last allocation
+        std::vector<std::pair<rt::stream_t, int>> streams;  // recorded users (stream, device) since the last allocation
     };
 
     Block& find(void* p, const char* what) {
@@ -137,13 +142,14 @@ private:
                 ++it;
                 continue;
             }
-            event_done(it->first, it->second);
+            const auto [e, p] = *it;
             it = pending_.erase(it);
+            event_done(e, p);
         }
     }
 
     void event_done(rt::event_t e, void* p) {
-        spare_events_.push_back(e);
+        rt::event_destroy(e);
         Block& b = blocks_[p];
         if (--b.pending == 0 && !b.allocated) free_[b.size].push_back(p);
     }
@@ -152,15 +158,18 @@ private:
     std::unordered_map<void*, Block> blocks_;
     std::map<std::size_t, std::vector<void*>> free_;  // reusable blocks by size
     std::deque<std::pair<rt::event_t, void*>> pending_;
-    std::vector<rt::event_t> spare_events_;
     HostStats stats_;
 };
 
 // Pinned host memory from the cache.
 inline void* allocate_host(std::size_t bytes) { return HostCachingAllocator::instance().allocate(bytes); }
 inline void deallocate_host(void* p) { HostCachingAllocator::instance().deallocate(p); }
-// Declares that work on `stream` uses the pinned block `p` (its reuse then waits for that work).
-inline void record_host_use(void* p, rt::stream_t stream) { HostCachingAllocator::instance().record_use(p, stream); }
+// Declares that work on `stream` (of `device`, by default the current one) uses the pinned block `p`
+// (its reuse then waits for that work).
+inline void record_host_use(void* p, rt::stream_t stream, std::optional<Device> device = std::nullopt) {
+    HostCachingAllocator::instance().record_use(p, stream, (device ? *device : current_device()).index);
+}
+inline bool owns_host(const void* p) { return HostCachingAllocator::instance().owns(p); }
 inline HostStats host_stats() { return HostCachingAllocator::instance().stats(); }
 inline void empty_host_cache() { HostCachingAllocator::instance().empty_cache(); }
 

@@ -562,6 +562,7 @@ inline cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio) {
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     *e = new CUevent_st{};
     (*e)->flags = flags;
+    (*e)->device = detail::current_device;
     return detail::ok();
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return ::tessel::sim::api::cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -575,6 +576,10 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventRecord on a null event");
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
+    if (st->device != e->device)
+        return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: the event belongs to device " +
+                                                                std::to_string(e->device) + " but the stream to device " +
+                                                                std::to_string(st->device));
     std::shared_ptr<CUstream_st> owner;
     {
         std::lock_guard lk(detail::rt().m);

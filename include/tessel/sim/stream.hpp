@@ -101,6 +101,7 @@ private:
 
 struct CUevent_st {
     unsigned flags = 0;
+    int device = 0;  // the device current at creation; it records only that device's streams
     std::mutex m;
     std::shared_ptr<CUstream_st> stream;  // where it was last recorded (empty: never); kept alive
     std::uint64_t seq = 0;

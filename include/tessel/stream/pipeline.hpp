@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <span>
 #include <vector>
 
@@ -44,29 +45,35 @@ void overlap_pipeline(std::span<const In> input, std::span<Out> output, Step&& s
     };
     std::vector<Lane> lane;
     lane.reserve(std::size_t(lanes));
-    for (int i = 0; i < lanes; ++i) {
-        Lane l{Stream::create()};
-        l.pin_in = static_cast<In*>(memory::allocate_host(chunk * sizeof(In)));
-        l.pin_out = static_cast<Out*>(memory::allocate_host(chunk * sizeof(Out)));
-        l.dev_in = static_cast<In*>(memory::allocate(chunk * sizeof(In), l.stream.handle()));
-        l.dev_out = static_cast<Out*>(memory::allocate(chunk * sizeof(Out), l.stream.handle()));
-        lane.push_back(std::move(l));
-    }
     auto drain = [&](Lane& l) {  // waits for the lane's last chunk and moves it to `output`
         l.done.synchronize();
         if (l.pending_n) std::memcpy(output.data() + l.pending_at, l.pin_out, l.pending_n * sizeof(Out));
         l.pending_n = 0;
     };
-    auto release = [&] {
+    auto release = [&] {  // every lane, even if one fails: what was allocated is given back
+        std::exception_ptr first;
         for (Lane& l : lane) {
-            l.stream.synchronize();
-            memory::deallocate(l.dev_in);
-            memory::deallocate(l.dev_out);
-            memory::deallocate_host(l.pin_in);
-            memory::deallocate_host(l.pin_out);
+            try {
+                l.stream.synchronize();
+                memory::deallocate(l.dev_in);
+                memory::deallocate(l.dev_out);
+                memory::deallocate_host(l.pin_in);
+                memory::deallocate_host(l.pin_out);
+            } catch (...) {
+                if (!first) first = std::current_exception();
+            }
         }
+        return first;
     };
     try {
+    for (int i = 0; i < lanes; ++i) {  // each lane is listed before its buffers exist, so release() sees them
+        lane.push_back(Lane{Stream::create()});
+        Lane& l = lane.back();
+        l.pin_in = static_cast<In*>(memory::allocate_host(chunk * sizeof(In)));
+        l.pin_out = static_cast<Out*>(memory::allocate_host(chunk * sizeof(Out)));
+        l.dev_in = static_cast<In*>(memory::allocate(chunk * sizeof(In), l.stream.handle()));
+        l.dev_out = static_cast<Out*>(memory::allocate(chunk * sizeof(Out), l.stream.handle()));
+    }
     for (std::size_t k = 0; k < chunks; ++k) {
         Lane& l = lane[k % std::size_t(lanes)];
         const std::size_t at = k * chunk, n = std::min(chunk, input.size() - at);
@@ -81,10 +88,10 @@ void overlap_pipeline(std::span<const In> input, std::span<Out> output, Step&& s
     }
     for (Lane& l : lane) drain(l);
     } catch (...) {
-        release();
+        (void)release();  // the first error is the one to report
         throw;
     }
-    release();
+    if (auto e = release()) std::rethrow_exception(e);
 }
 
 }  // namespace tessel

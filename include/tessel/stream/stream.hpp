@@ -2,7 +2,10 @@
 // Event (timing or not), and the current stream of each device on each host thread.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -19,19 +22,53 @@ struct StreamOptions {
     int priority = 0;          // lower is higher priority (cudaDeviceGetStreamPriorityRange)
 };
 
-// A CUDA stream of a device. Copies share the stream; the last copy destroys it. The default
-// stream (Stream::default_stream) is never destroyed.
+namespace detail {
+// Streams given back by their last Stream copy, kept for the next Stream::create with the same
+// device, flags and priority. CUDA streams made by Stream::create are never destroyed, so a handle
+// the allocators remember (a block's stream, a recorded use) always stays valid, as in PyTorch.
+class StreamRecycler {
+public:
+    static StreamRecycler& instance() {
+        static auto* r = new StreamRecycler();
+        return *r;
+    }
+    rt::stream_t take(Device d, StreamOptions o) {
+        {
+            std::lock_guard lk(m_);
+            auto& free = free_[key(d, o)];
+            if (!free.empty()) {
+                rt::stream_t s = free.back();
+                free.pop_back();
+                return s;
+            }
+        }
+        DeviceGuard g(d);
+        return rt::stream_create(o.non_blocking, o.priority);
+    }
+    void give_back(rt::stream_t s, Device d, StreamOptions o) {
+        std::lock_guard lk(m_);
+        free_[key(d, o)].push_back(s);
+    }
+
+private:
+    static std::tuple<int, bool, int> key(Device d, StreamOptions o) { return {d.index, o.non_blocking, o.priority}; }
+    std::mutex m_;
+    std::map<std::tuple<int, bool, int>, std::vector<rt::stream_t>> free_;
+};
+}  // namespace detail
+
+// A CUDA stream of a device. Copies share the stream; when the last copy goes, the stream is kept
+// for reuse by a later Stream::create rather than destroyed (see StreamRecycler). The default stream
+// (Stream::default_stream) is shared by everyone.
 class Stream {
 public:
     // The default stream of the current device.
     Stream() : Stream(default_stream(current_device())) {}
 
     static Stream create(StreamOptions o = {}, Device d = current_device()) {
-        DeviceGuard g(d);
-        rt::stream_t s = rt::stream_create(o.non_blocking, o.priority);
-        return Stream(std::shared_ptr<CUstream_st>(s, [d](rt::stream_t h) {
-            DeviceGuard g2(d);
-            rt::stream_destroy(h);
+        rt::stream_t s = detail::StreamRecycler::instance().take(d, o);
+        return Stream(std::shared_ptr<CUstream_st>(s, [d, o](rt::stream_t h) {
+            detail::StreamRecycler::instance().give_back(h, d, o);
         }), d, o.priority);
     }
     static Stream default_stream(Device d) { return Stream(nullptr, d, 0); }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -73,7 +74,12 @@ public:
     Storage(void* p, std::size_t bytes, MemorySpace space, Device device, Deleter deleter)
         : data_(p), bytes_(bytes), space_(space), device_(device), deleter_(std::move(deleter)) {}
     ~Storage() {
-        if (deleter_) deleter_(data_);  // also for empty storage: a foreign owner may still need its release
+        if (!deleter_) return;
+        try {
+            deleter_(data_);  // also for empty storage: a foreign owner may still need its release
+        } catch (const std::exception& e) {  // a destructor must not throw; say what was lost
+            std::fprintf(stderr, "tessel: releasing %zu bytes of %s memory failed: %s\n", bytes_, space_name(space_), e.what());
+        }
     }
     Storage(const Storage&) = delete;
     Storage& operator=(const Storage&) = delete;

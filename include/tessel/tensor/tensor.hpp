@@ -77,7 +77,7 @@ public:
     // A view with another shape; throws InvalidArgument when the strides make that impossible.
     Tensor view(const Shape& s) const { return with(layout_.view_or_throw(s)); }
     // view() when possible, otherwise a contiguous copy with the new shape (so it may copy).
-    Tensor reshape(const Shape& s, rt::stream_t stream = nullptr) const {
+    Tensor reshape(const Shape& s, std::optional<rt::stream_t> stream = std::nullopt) const {
         if (auto v = layout_.view(s)) return with(*v);
         return contiguous(stream).view(s);
     }
@@ -87,11 +87,12 @@ public:
     Tensor to(TensorOptions o) const;
     Tensor to(MemorySpace space) const { return to(TensorOptions{.space = space, .device = device()}); }
     Tensor to_host() const { return to(MemorySpace::host); }
-    Tensor clone(rt::stream_t stream = nullptr) const {
+    // A copy in new memory of the same space, on `stream` (default: the current stream).
+    Tensor clone(std::optional<rt::stream_t> stream = std::nullopt) const {
         return to(TensorOptions{.space = space(), .device = device(), .stream = stream});
     }
     // This tensor if it is contiguous, else a contiguous copy in the same memory space.
-    Tensor contiguous(rt::stream_t stream = nullptr) const { return is_contiguous() ? *this : clone(stream); }
+    Tensor contiguous(std::optional<rt::stream_t> stream = std::nullopt) const { return is_contiguous() ? *this : clone(stream); }
     // The values as another element type (a new tensor in the same space).
     template <Element U>
     Tensor<U> to_dtype() const;
@@ -125,8 +126,11 @@ public:
     // The single value of a one-element tensor (copied to the host if needed).
     T item() const {
         require(numel() == 1, "item() needs exactly one element, the tensor has ", numel(), " (shape ", shape().to_string(), ")");
+        if (is_plain_host(space())) return *data();
         T v;
-        rt::memcpy(&v, data(), sizeof(T));
+        const rt::stream_t s = current_stream(device()).handle();  // ordered after work on the current stream
+        rt::memcpy_async(&v, data(), sizeof(T), s);
+        rt::stream_synchronize(s);
         return v;
     }
     // All values in row-major order, on the host.
@@ -241,7 +245,10 @@ Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device devic
     const Layout l = strides ? Layout::strided(shape, *strides) : Layout::contiguous(shape);
     const auto extent = l.extent();
     const std::int64_t elements = extent ? extent->highest + 1 : 0;
+    // Checked before the storage exists, so a rejected blob never runs its deleter.
     require(!extent || extent->lowest >= 0, "from_blob: strides ", l.strides.to_string(), " reach before the pointer");
+    require(std::uint64_t(elements) <= std::numeric_limits<std::size_t>::max() / sizeof(T), "from_blob: shape ",
+            shape.to_string(), " with strides ", l.strides.to_string(), " spans more bytes than memory can hold");
     return Tensor<T>(Storage::wrap(data, std::size_t(elements) * sizeof(T), space, device, std::move(deleter)), l);
 }
 
@@ -251,14 +258,23 @@ namespace detail {
 // Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst_space`.
 // Contiguous sources are one copy; others are gathered on the host from a copy of the memory their
 // layout spans (device-side gather kernels replace this path with the copy kernels).
-// Declares that work queued on `stream` uses `s`, so its memory is not reused before that work ends.
-inline void record_use(const Storage& s, rt::stream_t stream) {
-    if (s.space() == MemorySpace::pinned) memory::record_host_use(s.data(), stream);
-    else if (s.space() == MemorySpace::device) memory::record_stream(s.data(), stream);
+// Declares that work queued on `stream` (of `device`) uses `s`, so its memory is not reused before
+// that work ends. Returns false for memory tessel's caches do not own (their owner must wait).
+inline bool record_use(const Storage& s, rt::stream_t stream, Device device) {
+    if (s.space() == MemorySpace::pinned && memory::owns_host(s.data())) {
+        memory::record_host_use(s.data(), stream, device);
+        return true;
+    }
+    if (s.space() == MemorySpace::device && memory::owns(s.data())) {
+        memory::record_stream(s.data(), stream, device);
+        return true;
+    }
+    return s.space() == MemorySpace::host;  // pageable copies return only once done
 }
 
 template <Element T>
-void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, bool non_blocking) {
+void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
+                        bool non_blocking) {
     const std::int64_t n = src.numel();
     if (n == 0) return;
     const MemorySpace dst_space = dst.space();
@@ -268,13 +284,12 @@ void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, r
             std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
             return;
         }
+        // Non-blocking: both buffers must outlive the queued copy whatever their owners do, so their
+        // use is recorded first; memory the caches do not own makes the copy blocking.
+        const bool may_return_early = non_blocking && record_use(*src.storage(), stream, stream_device) &&
+                                      record_use(dst, stream, stream_device);
         rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
-        if (non_blocking) {  // both buffers must outlive the queued copy, whatever their owners do
-            record_use(*src.storage(), stream);
-            record_use(dst, stream);
-        } else {
-            rt::stream_synchronize(stream);
-        }
+        if (!may_return_early) rt::stream_synchronize(stream);
         return;
     }
     const auto extent = *src.layout().extent();
@@ -310,7 +325,7 @@ Tensor<T> Tensor<T>::to(TensorOptions o) const {
     need();
     if (!o.device) o.device = device();
     Tensor<T> out = empty<T>(shape(), o);
-    detail::copy_to_contiguous(*this, out.data(), *out.storage(), o.resolved_stream(), o.non_blocking);
+    detail::copy_to_contiguous(*this, out.data(), *out.storage(), o.resolved_stream(), *o.device, o.non_blocking);
     return out;
 }
 
