@@ -93,9 +93,13 @@ public:
     }
     // This tensor if it is contiguous, else a contiguous copy in the same memory space.
     Tensor contiguous(std::optional<rt::stream_t> stream = std::nullopt) const { return is_contiguous() ? *this : clone(stream); }
-    // The values as another element type (a new tensor in the same space).
+    // The values as another element type (a new tensor in the same space): t.to<float>().
     template <Element U>
     Tensor<U> to_dtype() const;
+    template <Element U>
+    Tensor<U> to() const {
+        return to_dtype<U>();
+    }
 
     // ---- managed memory ----
     // Migrates a managed tensor's memory to `to` (a device, or the host when nullopt), ordered on `stream`.
