@@ -3,7 +3,7 @@
 // copied once. On the sim these are CPU memcpy figures, never GPU ones.
 #include <benchmark/benchmark.h>
 
-#include "bench_main.hpp"
+#include "harness.hpp"
 
 #include <tessel/kernels/elementwise.cuh>
 #include <tessel/runtime/launch.hpp>
@@ -25,16 +25,13 @@ void BM_Copy(benchmark::State& state) {
     char* host = Pinned ? static_cast<char*>(mem::allocate_host(bytes)) : pageable.data();
     void* dev = mem::allocate(bytes);
     tessel::Stream s = tessel::Stream::create();
-    tessel::Event start, stop;
-    for (auto _ : state) {
-        start.record(s);
+    tessel::bench::time_region(state, s, [&] {
         if (dir == h2d) tessel::rt::memcpy_async(dev, host, bytes, s.handle());
         else tessel::rt::memcpy_async(host, dev, bytes, s.handle());
-        stop.record(s);
-        stop.synchronize();
-        state.SetIterationTime(double(start.elapsed_ms(stop)) / 1e3);
-    }
+    });
     state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(bytes));
+    const auto& c = tessel::bench::ceilings();
+    tessel::bench::report_bytes(state, double(bytes), dir == h2d ? c.h2d_gbs : c.d2h_gbs);
     state.SetLabel(std::string(dir == h2d ? "H2D " : "D2H ") + (Pinned ? "pinned" : "pageable"));
     mem::deallocate(dev);
     if (Pinned) mem::deallocate_host(host);
@@ -63,4 +60,3 @@ BENCHMARK(BM_Pipeline)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->U
 
 }  // namespace
 
-TESSEL_BENCHMARK_MAIN()

@@ -1,28 +1,51 @@
-// The main() every benchmark executable shares: it skips (exit 77) without a usable device, records
-// the backend and device in the JSON context, then runs Google Benchmark with its usual flags.
+// The main() every benchmark executable shares (and tessel-bench, which links every family): it
+// skips (exit 77) without a usable device, writes the device header and the ceilings measured now
+// into the run's context (console and JSON), then runs Google Benchmark with its usual flags.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <string>
 
-#include <tessel/runtime/device.hpp>
+#include "harness.hpp"
 
 namespace tessel::bench {
+
+inline void add_device_context() {
+    const auto p = properties();
+    const auto v = versions();
+    auto fmt = [](double x) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.1f", x);
+        return std::string(b);
+    };
+    benchmark::AddCustomContext("backend", backend_name);
+    benchmark::AddCustomContext("figures", backend == Backend::sim ? "CPU figures of the simulation backend, not GPU times"
+                                                                   : "GPU figures, CUDA event timing");
+    benchmark::AddCustomContext("device", p.name);
+    benchmark::AddCustomContext("compute_capability", p.compute_capability());
+    benchmark::AddCustomContext("sm_count", std::to_string(p.sm_count));
+    benchmark::AddCustomContext("sm_clock_mhz", std::to_string(p.clock_khz / 1000));
+    benchmark::AddCustomContext("memory_gib", fmt(double(p.total_memory) / double(1 << 30)));
+    benchmark::AddCustomContext("runtime_driver", version_string(v.runtime) + " / " + version_string(v.driver));
+    const Ceilings& c = ceilings();
+    benchmark::AddCustomContext("ceiling_d2d_copy_gbs", fmt(c.d2d_gbs));
+    benchmark::AddCustomContext("ceiling_h2d_pinned_gbs", fmt(c.h2d_gbs));
+    benchmark::AddCustomContext("ceiling_d2h_pinned_gbs", fmt(c.d2h_gbs));
+}
+
 inline int run_benchmarks(int argc, char** argv) {
-    if (!tessel::is_available()) {
-        std::printf("SKIPPED: %s\n", tessel::unavailable_reason().c_str());
+    if (!is_available()) {
+        std::printf("SKIPPED: %s\n", unavailable_reason().c_str());
         return 77;
     }
-    benchmark::AddCustomContext("backend", tessel::backend_name);
-    benchmark::AddCustomContext("device", tessel::properties().name);
+    add_device_context();
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;
 }
-}  // namespace tessel::bench
 
-#define TESSEL_BENCHMARK_MAIN() \
-    int main(int argc, char** argv) { return ::tessel::bench::run_benchmarks(argc, argv); }
+}  // namespace tessel::bench

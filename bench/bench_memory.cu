@@ -4,7 +4,7 @@
 //   bench_memory --benchmark_out=memory.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
-#include "bench_main.hpp"
+#include "harness.hpp"
 
 #include <tessel/memory/allocator.hpp>
 #include <tessel/memory/host_allocator.hpp>
@@ -83,4 +83,3 @@ BENCHMARK(BM_Churn)->Iterations(200000);
 
 }  // namespace
 
-TESSEL_BENCHMARK_MAIN()

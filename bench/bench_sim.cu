@@ -4,12 +4,13 @@
 //   bench_sim --benchmark_out=sim.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
-#include "bench_main.hpp"
+#include "harness.hpp"
 
 #include <tessel/kernels/tiled_matmul.cuh>
 #include <tessel/runtime/device.hpp>
 #include <tessel/runtime/launch.hpp>
 
+#include <cmath>
 #include <vector>
 
 namespace {
@@ -30,32 +31,15 @@ __global__ void touch(int n, int* x) {
     if (i < n) x[i] += 1;
 }
 
-// Times `body` (which queues work on `s`) with events, as manual time per iteration.
-template <class F>
-void time_with_events(benchmark::State& state, tessel::rt::stream_t s, F&& body) {
-    auto start = tessel::rt::event_create(), stop = tessel::rt::event_create();
-    body();  // warm-up: first launch pays one-time costs (stack pools, module load)
-    tessel::rt::stream_synchronize(s);
-    for (auto _ : state) {
-        tessel::rt::event_record(start, s);
-        body();
-        tessel::rt::event_record(stop, s);
-        tessel::rt::event_synchronize(stop);
-        state.SetIterationTime(double(tessel::rt::event_elapsed_ms(start, stop)) / 1e3);
-    }
-    tessel::rt::event_destroy(start);
-    tessel::rt::event_destroy(stop);
-}
-
 // One barrier per thread per round: time per (thread x barrier) is the cost of one fiber switch.
 void BM_BarrierPerThread(benchmark::State& state) {
     const int threads = int(state.range(0)), rounds = 200;
     int* sink = static_cast<int*>(tessel::rt::malloc_device(sizeof(int)));
-    auto s = tessel::rt::stream_create(true);
-    time_with_events(state, s, [&] { tessel::launch(barrier_loop, 1, threads, 0, s, rounds, sink); });
+    tessel::Stream stream = tessel::Stream::create();
+    auto s = stream.handle();
+    tessel::bench::time_region(state, stream, [&] { tessel::launch(barrier_loop, 1, threads, 0, s, rounds, sink); });
     state.counters["s_per_thread_barrier"] = benchmark::Counter(
         double(threads) * rounds * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-    tessel::rt::stream_destroy(s);
     tessel::rt::free_device(sink);
 }
 BENCHMARK(BM_BarrierPerThread)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -63,12 +47,12 @@ BENCHMARK(BM_BarrierPerThread)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->U
 // Launch to completion of an empty one-block kernel, host-timed: the launch path's latency.
 void BM_LaunchLatency(benchmark::State& state) {
     int* sink = static_cast<int*>(tessel::rt::malloc_device(sizeof(int)));
-    auto s = tessel::rt::stream_create(true);
+    tessel::Stream stream = tessel::Stream::create();
+    auto s = stream.handle();
     for (auto _ : state) {
         tessel::launch(empty_kernel, 1, 32, 0, s, sink);
         tessel::rt::stream_synchronize(s);
     }
-    tessel::rt::stream_destroy(s);
     tessel::rt::free_device(sink);
 }
 BENCHMARK(BM_LaunchLatency)->Unit(benchmark::kMicrosecond);
@@ -76,12 +60,12 @@ BENCHMARK(BM_LaunchLatency)->Unit(benchmark::kMicrosecond);
 // 100 back-to-back launches, event-timed: throughput of queued launches.
 void BM_LaunchThroughput(benchmark::State& state) {
     int* sink = static_cast<int*>(tessel::rt::malloc_device(sizeof(int)));
-    auto s = tessel::rt::stream_create(true);
-    time_with_events(state, s, [&] {
+    tessel::Stream stream = tessel::Stream::create();
+    auto s = stream.handle();
+    tessel::bench::time_region(state, stream, [&] {
         for (int i = 0; i < 100; ++i) tessel::launch(empty_kernel, 1, 32, 0, s, sink);
     });
     state.SetItemsProcessed(state.iterations() * 100);
-    tessel::rt::stream_destroy(s);
     tessel::rt::free_device(sink);
 }
 BENCHMARK(BM_LaunchThroughput)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -90,10 +74,11 @@ BENCHMARK(BM_LaunchThroughput)->UseManualTime()->Unit(benchmark::kMicrosecond);
 void BM_PlainLoopThreads(benchmark::State& state) {
     const int n = 1 << 22;
     int* x = static_cast<int*>(tessel::rt::malloc_device(n * sizeof(int)));
-    auto s = tessel::rt::stream_create(true);
-    time_with_events(state, s, [&] { tessel::launch(touch, tessel::blocks_for(n, 256), 256, 0, s, n, x); });
+    tessel::Stream stream = tessel::Stream::create();
+    auto s = stream.handle();
+    tessel::bench::time_region(state, stream, [&] { tessel::launch(touch, tessel::blocks_for(n, 256), 256, 0, s, n, x); });
     state.SetItemsProcessed(state.iterations() * n);
-    tessel::rt::stream_destroy(s);
+    tessel::bench::report_bytes(state, 2.0 * n * sizeof(int));
     tessel::rt::free_device(x);
 }
 BENCHMARK(BM_PlainLoopThreads)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -108,18 +93,19 @@ void BM_TiledMatmul512(benchmark::State& state) {
     float* c = static_cast<float*>(tessel::rt::malloc_device(h.size() * sizeof(float)));
     tessel::rt::memcpy(a, h.data(), h.size() * sizeof(float));
     tessel::rt::memcpy(b, h.data(), h.size() * sizeof(float));
-    auto s = tessel::rt::stream_create(true);
-    time_with_events(state, s, [&] {
+    tessel::Stream stream = tessel::Stream::create();
+    auto s = stream.handle();
+    tessel::bench::time_region(state, stream, [&] {
         tessel::launch(tessel::kernels::tiled_matmul<float, float, Tile>, Tile::grid(m, n), Tile::block(), 0, s, m, n, k,
                        1.f, a, k, b, n, 0.f, c, n);
     });
-    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * double(state.iterations()) / 1e9,
-                                                   benchmark::Counter::kIsRate);
-    tessel::rt::stream_destroy(s);
+    tessel::bench::report_flops(state, 2.0 * m * n * k);
+    float corner = 0;  // all inputs are 0.5: every output is exactly 0.25 * k
+    tessel::rt::memcpy(&corner, c + std::size_t(m) * n - 1, sizeof(float));
+    tessel::bench::report_error(state, std::fabs(double(corner) - 0.25 * k) / (0.25 * k), 1e-6);
     for (float* p : {a, b, c}) tessel::rt::free_device(p);
 }
 BENCHMARK(BM_TiledMatmul512)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-TESSEL_BENCHMARK_MAIN()

@@ -2,7 +2,7 @@
 # Installs the Debian packages tessel's builds need, only those missing. The CUDA toolkit itself is
 # expected at /usr/local/cuda (or nvcc on PATH); it is not a Debian package here.
 set -euo pipefail
-packages=(cmake ninja-build g++ catch2 libboost-context-dev libbenchmark-dev libdlpack-dev)
+packages=(cmake ninja-build g++ catch2 libboost-context-dev libbenchmark-dev libdlpack-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

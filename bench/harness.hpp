@@ -1,0 +1,141 @@
+// The benchmark harness every family uses: event-timed regions with warm-up and an optional L2
+// flush between samples, the ceilings measured at the start of the run on the same device (device
+// copy bandwidth, pinned H2D/D2H bandwidth), and counters that report GB/s and FLOP/s as a fraction
+// of those ceilings. On the sim all figures are CPU figures and say so in the run's context.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <optional>
+#include <vector>
+
+#include <tessel/memory/allocator.hpp>
+#include <tessel/memory/host_allocator.hpp>
+#include <tessel/stream/stream.hpp>
+
+namespace tessel::bench {
+
+// Ceilings measured once per run, in GB/s (1e9 bytes/s).
+struct Ceilings {
+    double d2d_gbs = 0;  // device-to-device copy, counting bytes read plus bytes written
+    double h2d_gbs = 0;  // pinned host to device
+    double d2h_gbs = 0;  // device to pinned host
+};
+
+namespace detail {
+// Median of `reps` event-timed runs of `body` on `s`, in milliseconds, after one warm-up run.
+template <class F>
+double median_ms(const Stream& s, int reps, F&& body) {
+    Event start, stop;
+    body();
+    s.synchronize();
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+        start.record(s);
+        body();
+        stop.record(s);
+        stop.synchronize();
+        t.push_back(double(start.elapsed_ms(stop)));
+    }
+    std::nth_element(t.begin(), t.begin() + std::ptrdiff_t(t.size() / 2), t.end());
+    return t[t.size() / 2];
+}
+}  // namespace detail
+
+// Measures the copy ceilings with buffers large enough to leave the caches (256 MiB on a GPU, 64 MiB
+// on the sim, which runs on a CPU whose caches are smaller).
+inline Ceilings measure_ceilings() {
+    const std::size_t bytes = backend == Backend::sim ? (std::size_t(64) << 20) : (std::size_t(256) << 20);
+    Stream s = Stream::create();
+    void* a = memory::allocate(bytes, s.handle());
+    void* b = memory::allocate(bytes, s.handle());
+    void* h = memory::allocate_host(bytes);
+    rt::memset_async(a, 1, bytes, s.handle());
+    Ceilings c;
+    const double gb = double(bytes) / 1e9;
+    c.d2d_gbs = 2 * gb / (detail::median_ms(s, 5, [&] { rt::memcpy_async(b, a, bytes, s.handle()); }) / 1e3);
+    c.h2d_gbs = gb / (detail::median_ms(s, 5, [&] { rt::memcpy_async(a, h, bytes, s.handle()); }) / 1e3);
+    c.d2h_gbs = gb / (detail::median_ms(s, 5, [&] { rt::memcpy_async(h, a, bytes, s.handle()); }) / 1e3);
+    s.synchronize();
+    memory::deallocate(a);
+    memory::deallocate(b);
+    memory::deallocate_host(h);
+    return c;
+}
+
+// The ceilings of this run (measured on first use).
+inline const Ceilings& ceilings() {
+    static const Ceilings c = measure_ceilings();
+    return c;
+}
+
+// Writes over a buffer twice the L2 size, so the next sample starts with a cold L2.
+class L2Flusher {
+public:
+    explicit L2Flusher(const Stream& s)
+        : stream_(s), bytes_(std::size_t(std::max(properties().l2_cache_bytes, 1 << 20)) * 2),
+          buffer_(memory::allocate(bytes_, s.handle())) {}
+    ~L2Flusher() { memory::deallocate(buffer_); }
+    L2Flusher(const L2Flusher&) = delete;
+    L2Flusher& operator=(const L2Flusher&) = delete;
+    void flush() { rt::memset_async(buffer_, ++pattern_, bytes_, stream_.handle()); }
+
+private:
+    Stream stream_;
+    std::size_t bytes_;
+    void* buffer_;
+    int pattern_ = 0;
+};
+
+// How a region is timed.
+struct TimingOptions {
+    bool flush_l2 = false;  // set when the working set would otherwise sit in L2
+    int warmup = 2;         // untimed runs first: module load, caches, allocator
+};
+
+// Times `body()` (which queues work on `s`) with events, one sample per benchmark iteration, as
+// Google Benchmark manual time. Use with ->UseManualTime() and ask for repetitions to get medians.
+template <class F>
+void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptions o = {}) {
+    std::optional<L2Flusher> flusher;
+    if (o.flush_l2) flusher.emplace(s);
+    for (int i = 0; i < o.warmup; ++i) body();
+    s.synchronize();
+    Event start, stop;
+    for (auto _ : state) {
+        if (flusher) flusher->flush();
+        start.record(s);
+        body();
+        stop.record(s);
+        stop.synchronize();
+        state.SetIterationTime(double(start.elapsed_ms(stop)) / 1e3);
+    }
+}
+
+// Reports the bytes each iteration moved as GB/s and as a percentage of a ceiling measured in this
+// run (default: the device copy bandwidth).
+inline void report_bytes(benchmark::State& state, double bytes_per_iteration, double ceiling_gbs = ceilings().d2d_gbs) {
+    const double gb = bytes_per_iteration * double(state.iterations()) / 1e9;
+    state.counters["GB/s"] = benchmark::Counter(gb, benchmark::Counter::kIsRate);
+    state.counters["pct_of_ceiling"] = benchmark::Counter(100.0 * gb / ceiling_gbs, benchmark::Counter::kIsRate);
+    state.counters["bytes_per_iter"] = bytes_per_iteration;
+}
+// Reports FLOPs per iteration as GFLOP/s.
+inline void report_flops(benchmark::State& state, double flops_per_iteration) {
+    state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration * double(state.iterations()) / 1e9,
+                                                   benchmark::Counter::kIsRate);
+    state.counters["flops_per_iter"] = flops_per_iteration;
+}
+// Reports the relative error of the benchmark's result against its reference; a result outside
+// `tolerance` fails the benchmark (a wrong answer is never reported as a speed).
+inline void report_error(benchmark::State& state, double relative_error, double tolerance) {
+    state.counters["rel_error"] = relative_error;
+    if (!(relative_error <= tolerance))
+        state.SkipWithError(("wrong result: relative error " + std::to_string(relative_error) + " > " +
+                             std::to_string(tolerance)).c_str());
+}
+
+}  // namespace tessel::bench
