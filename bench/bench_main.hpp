@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <string>
 
+#include <tessel/lib/nvml.hpp>
+
 #include "harness.hpp"
 
 namespace tessel::bench {
@@ -33,6 +35,17 @@ inline void add_device_context() {
     benchmark::AddCustomContext("ceiling_d2d_copy_gbs", fmt(c.d2d_gbs));
     benchmark::AddCustomContext("ceiling_h2d_pinned_gbs", fmt(c.h2d_gbs));
     benchmark::AddCustomContext("ceiling_d2h_pinned_gbs", fmt(c.d2h_gbs));
+    benchmark::AddCustomContext("ceiling_sgemm_tflops", c.sgemm_tflops > 0 ? fmt(c.sgemm_tflops) : "n/a");
+    benchmark::AddCustomContext("ceiling_bf16_gemm_tflops", c.bf16_tflops > 0 ? fmt(c.bf16_tflops) : "n/a");
+    if (auto r = nvml::clock_reasons(current_device()))
+        benchmark::AddCustomContext("clocks_at_start", nvml::throttling(*r).empty() ? "not throttled" : nvml::throttling(*r));
+}
+
+// After the run: a warning when NVML says the clocks were being held down at the end.
+inline void warn_if_throttled() {
+    if (auto r = nvml::clock_reasons(current_device()); r && !nvml::throttling(*r).empty())
+        std::fprintf(stderr, "WARNING: the GPU's clocks were throttled at the end of the run (%s); figures may be low\n",
+                     nvml::throttling(*r).c_str());
 }
 
 inline int run_benchmarks(int argc, char** argv) {
@@ -44,6 +57,7 @@ inline int run_benchmarks(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();
+    warn_if_throttled();
     benchmark::Shutdown();
     return 0;
 }

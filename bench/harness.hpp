@@ -12,17 +12,21 @@
 #include <optional>
 #include <vector>
 
+#include <tessel/lib/cublas.hpp>
 #include <tessel/memory/allocator.hpp>
 #include <tessel/memory/host_allocator.hpp>
 #include <tessel/stream/stream.hpp>
 
 namespace tessel::bench {
 
-// Ceilings measured once per run, in GB/s (1e9 bytes/s).
+// Ceilings measured once per run: bandwidths in GB/s (1e9 bytes/s), GEMM rates in TFLOP/s (0: not
+// measured, as on the sim, which has no cuBLAS).
 struct Ceilings {
     double d2d_gbs = 0;  // device-to-device copy, counting bytes read plus bytes written
     double h2d_gbs = 0;  // pinned host to device
     double d2h_gbs = 0;  // device to pinned host
+    double sgemm_tflops = 0;  // cuBLAS SGEMM, 4096^3
+    double bf16_tflops = 0;   // cuBLAS GEMM, bf16 inputs and output, fp32 accumulation, 8192^3
 };
 
 namespace detail {
@@ -45,6 +49,27 @@ double median_ms(const Stream& s, int reps, F&& body) {
 }
 }  // namespace detail
 
+#if defined(TESSEL_BACKEND_CUDA)
+// cuBLAS's rate for an n x n x n product of `type` (fp32 accumulation) on non-zero inputs, TFLOP/s.
+inline double gemm_tflops(const Stream& s, int n, cudaDataType type, std::size_t elem) {
+    const std::size_t bytes = std::size_t(n) * std::size_t(n) * elem;
+    void* a = memory::allocate(bytes, s.handle());
+    void* b = memory::allocate(bytes, s.handle());
+    void* c = memory::allocate(bytes, s.handle());
+    rt::memset_async(a, 0x3C, bytes, s.handle());  // 0x3C3C... is about 0.0115 in fp32 and bf16: never zeros
+    rt::memset_async(b, 0x3C, bytes, s.handle());
+    cublas::Handle h(s.handle());
+    const float one = 1.f, zero = 0.f;
+    const double ms = detail::median_ms(s, 5, [&] {
+        TESSEL_CUBLAS_CHECK(cublasGemmEx(h.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, type, n, b, type, n, &zero, c,
+                                         type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    });
+    s.synchronize();
+    for (void* p : {a, b, c}) memory::deallocate(p);
+    return 2.0 * double(n) * n * n / (ms / 1e3) / 1e12;
+}
+#endif
+
 // Measures the copy ceilings with buffers large enough to leave the caches (256 MiB on a GPU, 64 MiB
 // on the sim, which runs on a CPU whose caches are smaller).
 inline Ceilings measure_ceilings() {
@@ -63,6 +88,10 @@ inline Ceilings measure_ceilings() {
     memory::deallocate(a);
     memory::deallocate(b);
     memory::deallocate_host(h);
+#if defined(TESSEL_BACKEND_CUDA)
+    c.sgemm_tflops = gemm_tflops(s, 4096, CUDA_R_32F, sizeof(float));
+    c.bf16_tflops = gemm_tflops(s, 8192, CUDA_R_16BF, 2);
+#endif
     return c;
 }
 
@@ -123,10 +152,13 @@ inline void report_bytes(benchmark::State& state, double bytes_per_iteration, do
     state.counters["pct_of_ceiling"] = benchmark::Counter(100.0 * gb / ceiling_gbs, benchmark::Counter::kIsRate);
     state.counters["bytes_per_iter"] = bytes_per_iteration;
 }
-// Reports FLOPs per iteration as GFLOP/s.
-inline void report_flops(benchmark::State& state, double flops_per_iteration) {
-    state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration * double(state.iterations()) / 1e9,
-                                                   benchmark::Counter::kIsRate);
+// Reports FLOPs per iteration as GFLOP/s, and as a percentage of `ceiling_tflops` when one was
+// measured (e.g. ceilings().sgemm_tflops for fp32 work).
+inline void report_flops(benchmark::State& state, double flops_per_iteration, double ceiling_tflops = 0) {
+    const double gflop = flops_per_iteration * double(state.iterations()) / 1e9;
+    state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
+    if (ceiling_tflops > 0)
+        state.counters["pct_of_ceiling"] = benchmark::Counter(100.0 * gflop / (ceiling_tflops * 1e3), benchmark::Counter::kIsRate);
     state.counters["flops_per_iter"] = flops_per_iteration;
 }
 // Reports the relative error of the benchmark's result against its reference; a result outside

@@ -61,7 +61,9 @@ def write_markdown(runs, out, images):
                   f"- compute capability {ctx.get('compute_capability', '?')}, {ctx.get('sm_count', '?')} SMs, "
                   f"{ctx.get('memory_gib', '?')} GiB, runtime/driver {ctx.get('runtime_driver', '?')}, date {ctx.get('date', '?')}",
                   f"- ceilings measured in this run: device copy {ctx.get('ceiling_d2d_copy_gbs', '?')} GB/s, "
-                  f"pinned H2D {ctx.get('ceiling_h2d_pinned_gbs', '?')} GB/s, pinned D2H {ctx.get('ceiling_d2h_pinned_gbs', '?')} GB/s",
+                  f"pinned H2D {ctx.get('ceiling_h2d_pinned_gbs', '?')} GB/s, pinned D2H {ctx.get('ceiling_d2h_pinned_gbs', '?')} GB/s, "
+                  f"cuBLAS SGEMM {ctx.get('ceiling_sgemm_tflops', 'n/a')} TFLOP/s, bf16 GEMM {ctx.get('ceiling_bf16_gemm_tflops', 'n/a')} TFLOP/s",
+                  f"- clocks at start: {ctx.get('clocks_at_start', 'unknown (no NVML)')}",
                   ""]
         by_family = {}
         for b in rows:

@@ -21,6 +21,7 @@ namespace api {
 #if defined(TESSEL_BACKEND_CUDA)
 using ::cudaDeviceGetAttribute;
 using ::cudaDeviceGetDefaultMemPool;
+using ::cudaDeviceGetPCIBusId;
 using ::cudaDeviceGetStreamPriorityRange;
 using ::cudaDeviceSynchronize;
 using ::cudaDriverGetVersion;
