@@ -100,6 +100,7 @@ void BM_TiledMatmul512(benchmark::State& state) {
                        1.f, a, k, b, n, 0.f, c, n);
     }, {.flush_l2 = true});  // 3 MiB of operands would otherwise sit in L2
     tessel::bench::report_flops(state, 2.0 * m * n * k, tessel::bench::ceilings().sgemm_tflops);
+    state.counters["bytes_per_iter"] = double(m * k + k * n + m * n) * sizeof(float);  // each operand once: the roofline's bytes
     float corner = 0;  // all inputs are 0.5: every output is exactly 0.25 * k
     tessel::rt::memcpy(&corner, c + std::size_t(m) * n - 1, sizeof(float));
     tessel::bench::report_error(state, std::fabs(double(corner) - 0.25 * k) / (0.25 * k), 1e-6);
