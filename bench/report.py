@@ -5,9 +5,18 @@
 
 For each run: the device header and the ceilings measured in that run, then one table per benchmark
 family (the part of the name before '/' with the BM_ prefix dropped) with time, GB/s, GFLOP/s, the
-percentage of the run's ceiling and the relative error against the reference. Charts: achieved GB/s
-of every bandwidth-reporting benchmark against the measured ceilings (a roofline's memory roof), and
-GFLOP/s of the compute benchmarks. Needs matplotlib (Debian python3-matplotlib).
+percentage of the run's ceiling, the percentage of the vendor library's speed and the relative error
+against the reference. Charts: achieved GB/s of every bandwidth-reporting benchmark against the
+measured ceilings, a roofline, GFLOP/s of the compute benchmarks, and bars of tessel's speed as a
+percentage of cuBLAS / cuDNN / CUB / Thrust for every benchmark measured both ways.
+
+Vendor pairs are found by name: a benchmark whose second name component is an implementation
+(`BM_sum/tessel/268435456` and `BM_sum/cub/268435456`) is compared with the rows that differ only in
+that component; % of vendor = vendor time / tessel time.
+
+When OUT.md exists and holds the lines `<!-- report:begin -->` and `<!-- report:end -->`, only the
+text between them is replaced, so hand-written prose around the generated tables stays.
+Needs matplotlib (Debian python3-matplotlib).
 """
 import argparse
 import json
@@ -31,8 +40,49 @@ def load(path):
     return run.get("context", {}), rows
 
 
+def name_of(b):
+    """The benchmark's name without the aggregate suffix (`_median`) that repetitions add."""
+    return b.get("run_name") or b["name"]
+
+
 def family(name):
     return re.sub(r"^BM_", "", name.split("/")[0]).split("<")[0]
+
+
+VENDORS = ("cublas", "cublaslt", "cudnn", "cub", "thrust")
+IMPLS = ("tessel",) + VENDORS
+BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
+
+
+def impl_key(name):
+    """(implementation, the name without it) for names like BM_sum/cub/1024; (None, name) otherwise."""
+    parts = name.split("/")
+    if len(parts) > 1 and parts[1].lower() in IMPLS:
+        return parts[1].lower(), "/".join(parts[:1] + parts[2:])
+    return None, name
+
+
+def vendor_ratios(rows):
+    """{tessel benchmark name: (vendor, percent of the vendor's speed)} for every benchmark measured both ways."""
+    by_key = {}
+    for b in rows:
+        impl, key = impl_key(name_of(b))
+        if impl:
+            by_key.setdefault(key, {})[impl] = b
+    out = {}
+    for key, impls in by_key.items():
+        ours = impls.get("tessel")
+        for vendor in VENDORS:
+            theirs = impls.get(vendor)
+            if ours and theirs and ours.get("real_time") and theirs.get("real_time"):
+                out[name_of(ours)] = (vendor, 100.0 * seconds(theirs) / seconds(ours))
+                break
+    return out
+
+
+def seconds(b):
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b.get("time_unit", "ns")]
+    return b["real_time"] * scale
 
 
 def fmt_time(b):
@@ -77,27 +127,39 @@ def write_markdown(runs, out, images):
                   f"cuBLAS SGEMM {ctx.get('ceiling_sgemm_tflops', 'n/a')} TFLOP/s, bf16 GEMM {ctx.get('ceiling_bf16_gemm_tflops', 'n/a')} TFLOP/s",
                   f"- clocks at start: {ctx.get('clocks_at_start', 'unknown (no NVML)')}",
                   ""]
+        ratios = vendor_ratios(rows)
         by_family = {}
         for b in rows:
-            by_family.setdefault(family(b["name"]), []).append(b)
+            by_family.setdefault(family(name_of(b)), []).append(b)
         for fam, bs in by_family.items():
-            lines += [f"### {fam}", "", "| benchmark | time | GB/s | GFLOP/s | % of ceiling | rel. error | note |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [f"### {fam}", "", "| benchmark | time | GB/s | GFLOP/s | % of ceiling | % of vendor | rel. error | note |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
             for b in bs:
-                lines.append(f"| `{b['name']}` | {fmt_time(b)} | {fmt(gbs(b))} | {fmt(b.get('GFLOP/s'))} | "
-                             f"{fmt(b.get('pct_of_ceiling'), 3)} | {fmt(b.get('rel_error'), 2)} | {b.get('label', '')} |")
+                vendor = ratios.get(name_of(b))
+                vs = f"{vendor[1]:.3g} ({vendor[0]})" if vendor else ""
+                lines.append(f"| `{name_of(b)}` | {fmt_time(b)} | {fmt(gbs(b))} | {fmt(b.get('GFLOP/s'))} | "
+                             f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {fmt(b.get('rel_error'), 2)} | {b.get('label', '')} |")
             lines.append("")
         for img in images.get(path, []):
             lines += [f"![{img}]({os.path.relpath(img, os.path.dirname(out) or '.')})", ""]
+    text = "\n".join(lines)
+    if os.path.exists(out):
+        with open(out) as f:
+            old = f.read()
+        if BEGIN in old and END in old:
+            head, rest = old.split(BEGIN, 1)
+            tail = rest.split(END, 1)[1]
+            body = "\n".join(lines[2:])  # the generated part without its own title
+            text = f"{head}{BEGIN}\n{body}\n{END}{tail}"
     with open(out, "w") as f:
-        f.write("\n".join(lines))
+        f.write(text)
 
 
 def charts(path, ctx, rows, directory):
     os.makedirs(directory, exist_ok=True)
     stem = os.path.splitext(os.path.basename(path))[0]
     made = []
-    bw = [(b["name"], gbs(b)) for b in rows if gbs(b)]
+    bw = [(name_of(b), gbs(b)) for b in rows if gbs(b)]
     if bw:
         fig, ax = plt.subplots(figsize=(10, 0.35 * len(bw) + 1.5))
         ax.barh([n for n, _ in bw], [v for _, v in bw], color="#4477aa")
@@ -114,7 +176,7 @@ def charts(path, ctx, rows, directory):
         fig.savefig(out, dpi=110)
         plt.close(fig)
         made.append(out)
-    roof = [(b["name"], b["flops_per_iter"] / b["bytes_per_iter"], b["GFLOP/s"]) for b in rows
+    roof = [(name_of(b), b["flops_per_iter"] / b["bytes_per_iter"], b["GFLOP/s"]) for b in rows
             if b.get("GFLOP/s") and b.get("flops_per_iter") and b.get("bytes_per_iter")]
     if roof and ctx.get("ceiling_d2d_copy_gbs"):
         bw = float(ctx["ceiling_d2d_copy_gbs"])
@@ -139,7 +201,21 @@ def charts(path, ctx, rows, directory):
         fig.savefig(out, dpi=110)
         plt.close(fig)
         made.append(out)
-    fl = [(b["name"], b["GFLOP/s"]) for b in rows if b.get("GFLOP/s")]
+    ratios = vendor_ratios(rows)
+    if ratios:
+        names = list(ratios)
+        fig, ax = plt.subplots(figsize=(10, 0.35 * len(names) + 1.5))
+        ax.barh([f"{n} vs {ratios[n][0]}" for n in names], [ratios[n][1] for n in names], color="#aa3377")
+        ax.axvline(100, color="black", linestyle="--", label="vendor library = 100%")
+        ax.set_xlabel("% of the vendor library's speed (vendor time / tessel time; higher is better)")
+        ax.set_title(f"{ctx.get('device', '?')}: tessel vs cuBLAS / cuDNN / CUB ({ctx.get('figures', '')})", fontsize=9)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        out = os.path.join(directory, f"{stem}-vs-vendor.png")
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        made.append(out)
+    fl = [(name_of(b), b["GFLOP/s"]) for b in rows if b.get("GFLOP/s")]
     if fl:
         fig, ax = plt.subplots(figsize=(10, 0.35 * len(fl) + 1.5))
         ax.barh([n for n, _ in fl], [v for _, v in fl], color="#228833")
