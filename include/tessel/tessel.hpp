@@ -11,6 +11,7 @@
 
 #if defined(TESSEL_BACKEND_SIM) || defined(__CUDACC__)
 #include "runtime/launch.hpp"
+#include "ops/assign.hpp"  // element-wise expressions: (c = a * b + 1).run(stream)
 #endif
 
 namespace tessel {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +76,7 @@ public:
     std::map<std::uintptr_t, Allocation> allocations;  // by start address
     std::unordered_map<const CUstream_st*, std::shared_ptr<CUstream_st>> streams;
     std::unordered_map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
+    std::atomic<std::uint64_t> launches{0};                 // kernels accepted by launch_kernel, all devices
 
     // The allocation containing [p, p+n), or nullptr. Caller holds m.
     const Allocation* find(const void* p, std::size_t n) const {
@@ -672,6 +674,7 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
     call->block = block;
     call->dynamic_smem = smem;
     call->kernel_name = kernel_name(func);
+    detail::rt().launches.fetch_add(1, std::memory_order_relaxed);
     CUstream_st* st = detail::resolve(s);
     detail::enqueue(st, [call, st] {
         try {
@@ -686,5 +689,11 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
 }
 
 }  // namespace tessel::sim::api
+
+namespace tessel::sim {
+// How many kernels this process has launched on the sim so far (all devices and streams): lets a
+// test observe that an operation is one launch.
+inline std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
+}  // namespace tessel::sim
 
 #include "mempool.hpp"

@@ -20,6 +20,13 @@
 
 namespace tessel {
 
+template <class Derived>
+struct Expression;
+namespace ops {
+template <Element Out, class E>
+class Assignment;
+}
+
 // Where and on which stream a new tensor is made.
 struct TensorOptions {
     MemorySpace space = MemorySpace::device;
@@ -40,6 +47,16 @@ public:
     using value_type = T;
 
     Tensor() = default;  // undefined: no storage; most operations throw
+    Tensor(const Tensor&) = default;
+    Tensor(Tensor&&) noexcept = default;
+    // Assigning a Tensor rebinds the handle (no data is copied), as copying one does.
+    Tensor& operator=(const Tensor&) = default;
+    Tensor& operator=(Tensor&&) noexcept = default;
+    // Assigning an expression prepares `this = expr` element-wise; `.run(stream)` computes it in one
+    // kernel (include <tessel/ops/assign.hpp>). Works on views: (t.slice(0, 0, 4) = x * 2).run(s).
+    template <class E>
+        requires std::is_base_of_v<Expression<E>, E>
+    ops::Assignment<T, E> operator=(const E& expr) const;
     Tensor(std::shared_ptr<Storage> storage, Layout layout) : storage_(std::move(storage)), layout_(std::move(layout)) {
         require(storage_ != nullptr, "Tensor: no storage");
         require(layout_.fits_in(std::int64_t(storage_->bytes() / sizeof(T))), "Tensor: layout ", layout_.to_string(),

@@ -1,0 +1,267 @@
+// Evaluating an expression: `(c = expr).run(stream)` checks shapes, devices and aliasing, merges
+// dims that every operand walks contiguously, lowers the host tree to a device tree and launches ONE
+// kernel (kernels/tessel/kernels/expression.cuh): the vectorised contiguous kernel when every
+// operand is contiguous (or a broadcast scalar) and aligned, else the strided kernel.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include <tessel/kernels/expression.cuh>
+
+#include "../runtime/launch.hpp"
+#include "expression.hpp"
+
+namespace tessel::ops {
+
+// The most bytes of kernel parameters a launch may pass (CUDA 12.1+ on Volta and newer).
+inline constexpr std::size_t kernel_parameter_limit = 32764;
+
+namespace detail {
+
+// The iteration an evaluation launches: shape over the coalesced dims and the output's strides;
+// each leaf's strides are in its LeafPlan.
+struct Iteration {
+    Shape shape;
+    Shape out_strides;
+};
+
+// Strides of `l` read as a tensor of shape `to` (right-aligned broadcasting: stride 0 where l has
+// size 1 or lacks the dim).
+inline Shape broadcast_strides(const Layout& l, const Shape& to) {
+    Shape s;
+    for (int d = 0; d < to.size(); ++d) {
+        const int k = l.rank() - to.size() + d;
+        s.push_back(k >= 0 && l.shape[k] != 1 ? l.strides[k] : 0);
+    }
+    return s;
+}
+
+// Drops size-1 dims and merges neighbours that every operand walks as one (outer stride equals
+// inner stride times inner size). Rank 0 becomes one dim of size 1.
+inline Iteration coalesce(const Shape& shape, const Shape& out_strides, std::vector<LeafPlan>& leaves) {
+    Iteration it;
+    std::vector<Shape> leaf_strides(leaves.size());
+    for (int d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        const int last = it.shape.size() - 1;
+        bool merge = last >= 0 && it.out_strides[last] == out_strides[d] * shape[d];
+        for (std::size_t k = 0; merge && k < leaves.size(); ++k)
+            merge = leaf_strides[k][last] == leaves[k].strides[d] * shape[d];
+        if (merge) {
+            it.shape[last] *= shape[d];
+            it.out_strides[last] = out_strides[d];
+            for (std::size_t k = 0; k < leaves.size(); ++k) leaf_strides[k][last] = leaves[k].strides[d];
+        } else {
+            it.shape.push_back(shape[d]);
+            it.out_strides.push_back(out_strides[d]);
+            for (std::size_t k = 0; k < leaves.size(); ++k) leaf_strides[k].push_back(leaves[k].strides[d]);
+        }
+    }
+    if (it.shape.empty()) {
+        it.shape.push_back(1);
+        it.out_strides.push_back(1);
+        for (auto& s : leaf_strides) s.push_back(0);
+    }
+    for (std::size_t k = 0; k < leaves.size(); ++k) leaves[k].strides = leaf_strides[k];
+    return it;
+}
+
+// The lowest and highest byte a layout of `element_size` bytes reaches from `base`.
+inline std::pair<std::uintptr_t, std::uintptr_t> byte_range(const void* first, const Layout& l, std::size_t element_size) {
+    const auto e = l.extent();
+    const auto at = reinterpret_cast<std::uintptr_t>(first) - std::uintptr_t(l.offset) * element_size;
+    return {at + std::uintptr_t(e->lowest) * element_size, at + std::uintptr_t(e->highest + 1) * element_size - 1};
+}
+
+// Multiprocessors of a device, asked once per device.
+inline int multiprocessors(Device d) {
+    static std::array<std::atomic<int>, 64> cache{};
+    auto& slot = cache[std::size_t(d.index) % cache.size()];
+    int v = slot.load(std::memory_order_relaxed);
+    if (v == 0 || d.index >= int(cache.size())) {
+        TESSEL_CUDA_CHECK(rt::api::cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d.index));
+        if (d.index < int(cache.size())) slot.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+}  // namespace detail
+
+// `out = expr`, not yet computed: run() evaluates it. Returned by Tensor's `=` and the compound
+// assignments for an expression; discarding it without run() computes nothing (hence nodiscard).
+template <Element Out, class E>
+class [[nodiscard("an expression assignment computes nothing until .run(stream) is called")]] Assignment {
+    using D = typename E::dtype;
+    static_assert(!(is_float_type<D> && !is_float_type<Out>),
+                  "tessel: assigning a floating-point expression to an integer or bool tensor; wrap it in "
+                  "tessel::cast_to<T>(...) to convert explicitly");
+    static_assert(!(is_bool_type<Out> && !is_bool_type<D>),
+                  "tessel: assigning a non-bool expression to a bool tensor; compare it (x != 0) or use cast_to<bool>(...)");
+
+public:
+    Assignment(Tensor<Out> out, E expr) : out_(std::move(out)), expr_(std::move(expr)) {}
+
+    // Queues the evaluation on `stream` (one kernel) and returns. Reading the output on another
+    // stream, or freeing inputs used on a stream other than the one they were allocated on, needs the
+    // usual ordering (events, record_stream), as with any kernel.
+    void run(rt::stream_t stream, std::source_location site = std::source_location::current()) const;
+    void run(const Stream& stream, std::source_location site = std::source_location::current()) const {
+        run(stream.handle(), site);
+    }
+    // On the current stream of the output's device.
+    void run(std::source_location site = std::source_location::current()) const {
+        run(current_stream(out_.device()).handle(), site);
+    }
+
+private:
+    Tensor<Out> out_;
+    E expr_;
+};
+
+template <Element Out, class E>
+void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) const {
+    require(out_.defined(), "expression assignment: the output is an undefined (default-constructed) tensor");
+    const Shape& shape = out_.shape();
+    const Shape expr_shape = expr_.shape();
+    const Device device = out_.device();
+    require(out_.space() == MemorySpace::device || out_.space() == MemorySpace::managed,
+            "expression assignment: the output is in ", space_name(out_.space()),
+            " memory; expressions run on a device: write into a device or managed tensor");
+    {
+        const int extra = shape.size() - expr_shape.size();
+        bool ok = extra >= 0;
+        for (int d = 0; ok && d < expr_shape.size(); ++d) ok = expr_shape[d] == 1 || expr_shape[d] == shape[d + extra];
+        require(ok, "expression assignment: an expression of shape ", expr_shape.to_string(),
+                " does not broadcast to the output's shape ", shape.to_string());
+    }
+    for (int d = 0; d < shape.size(); ++d)
+        require(shape[d] <= 1 || out_.strides()[d] != 0, "expression assignment: the output (shape ", shape.to_string(),
+                ", strides ", out_.strides().to_string(), ") repeats elements along dim ", d,
+                " (a broadcast view); write into a tensor whose elements are distinct");
+
+    std::vector<LeafPlan> leaves;
+    leaves.reserve(std::size_t(E::leaf_count));
+    int operand = 0;
+    expr_.visit_leaves([&](const auto& t) {
+        using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+        require(t.space() == MemorySpace::device || t.space() == MemorySpace::managed, "expression operand ", operand,
+                " (", dtype_traits<T>::name, ", shape ", t.shape().to_string(), ") is in ", space_name(t.space()),
+                " memory; move it to the device first (.to(MemorySpace::device))");
+        require(t.device() == device, "expression operand ", operand, " is on ", backend_name, ":", t.device().index,
+                " but the output is on ", backend_name, ":", device.index, "; copy it with .to({.device = ...}) first");
+        leaves.push_back(LeafPlan{t.storage().get(), t.layout(), detail::broadcast_strides(t.layout(), shape), t.data(),
+                                  sizeof(T), dtype_traits<T>::name});
+        ++operand;
+    });
+    const std::int64_t n = out_.numel();
+    if (n == 0) return;
+
+    // An operand in the output's memory is safe only when each element is read where it is written.
+    const auto out_range = detail::byte_range(out_.data(), out_.layout(), sizeof(Out));
+    for (std::size_t k = 0; k < leaves.size(); ++k) {
+        const LeafPlan& l = leaves[k];
+        if (l.storage != out_.storage().get() || l.layout.numel() == 0) continue;
+        const bool same_elements = static_cast<const void*>(out_.data()) == l.data && l.element_size == sizeof(Out) &&
+                                   l.strides == out_.strides();
+        const auto r = detail::byte_range(l.data, l.layout, l.element_size);
+        const bool disjoint = r.second < out_range.first || out_range.second < r.first;
+        require(same_elements || disjoint, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
+                l.layout.shape.to_string(), ", strides ", l.layout.strides.to_string(),
+                ") overlaps the output at other positions (shape ", shape.to_string(), ", strides ",
+                out_.strides().to_string(), "), so elements would be read after being overwritten; pass a copy of it (.clone())");
+    }
+
+    const detail::Iteration it = detail::coalesce(shape, out_.strides(), leaves);
+    const LeafPlan* next = leaves.data();
+    const auto lowered = expr_.lower(next);
+    using Lowered = std::remove_cvref_t<decltype(lowered)>;
+    static_assert(sizeof(Lowered) + sizeof(kernels::StridedOutput<Out, std::uint64_t>) + 8 <= kernel_parameter_limit,
+                  "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
+                  "part of it into a tensor first");
+
+    const int sms = detail::multiprocessors(device);
+    constexpr unsigned threads = 256;
+    auto blocks_for_work = [&](std::int64_t work) {
+        return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, std::int64_t(sms) * 32)));
+    };
+    const bool contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
+                            std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
+    const bool small = n < std::numeric_limits<std::int32_t>::max();
+    DeviceGuard guard(device);
+    auto go = [&]<class I>(I) {
+        if (contiguous) {
+            constexpr int V = int(16 / std::max(sizeof(Out), E::widest)) > 0 ? int(16 / std::max(sizeof(Out), E::widest)) : 1;
+            bool vector = V > 1 && detail::aligned(out_.data(), V * sizeof(Out));
+            for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || detail::aligned(l.data, V * l.element_size));
+            if (vector) {
+                launch(kernels::evaluate_contiguous<V, Out, Lowered, I>, GridDim(blocks_for_work(n / V + 1), site), dim3(threads), 0,
+                       stream, out_.data(), lowered, I(n));
+            } else {
+                launch(kernels::evaluate_contiguous<1, Out, Lowered, I>, GridDim(blocks_for_work(n), site), dim3(threads), 0,
+                       stream, out_.data(), lowered, I(n));
+            }
+        } else {
+            kernels::StridedOutput<Out, I> o{out_.data(), it.shape.size(), {}, {}};
+            for (int d = 0; d < it.shape.size(); ++d) {
+                o.shape[d] = I(it.shape[d]);
+                o.stride[d] = it.out_strides[d];
+            }
+            launch(kernels::evaluate_strided<Out, Lowered, I>, GridDim(blocks_for_work(n), site), dim3(threads), 0, stream, o,
+                   lowered, I(n));
+        }
+    };
+    if (small) go(std::uint32_t{});
+    else go(std::uint64_t{});
+}
+
+}  // namespace tessel::ops
+
+namespace tessel {
+
+template <Element T>
+template <class E>
+    requires std::is_base_of_v<Expression<E>, E>
+ops::Assignment<T, E> Tensor<T>::operator=(const E& expr) const {
+    return ops::Assignment<T, E>(*this, expr);
+}
+
+#define TESSEL_COMPOUND_ASSIGNMENT(op, binary)                                       \
+    template <Element T, class B>                                                    \
+        requires ops::operand<B>                                                     \
+    auto operator op(const Tensor<T>& t, const B& b) {                               \
+        auto e = t binary b;                                                         \
+        return ops::Assignment<T, decltype(e)>(t, std::move(e));                     \
+    }
+TESSEL_COMPOUND_ASSIGNMENT(+=, +)
+TESSEL_COMPOUND_ASSIGNMENT(-=, -)
+TESSEL_COMPOUND_ASSIGNMENT(*=, *)
+TESSEL_COMPOUND_ASSIGNMENT(/=, /)
+TESSEL_COMPOUND_ASSIGNMENT(%=, %)
+#undef TESSEL_COMPOUND_ASSIGNMENT
+
+// A new tensor holding `expr` (its promoted element type and broadcast shape), on the device of
+// its first tensor operand, computed by one kernel on `stream` (default: that device's current stream).
+template <class E>
+    requires std::is_base_of_v<Expression<E>, E>
+Tensor<typename E::dtype> evaluate(const E& expr, std::optional<rt::stream_t> stream = std::nullopt,
+                                   std::source_location site = std::source_location::current()) {
+    std::optional<Device> device;
+    expr.visit_leaves([&](const auto& t) {
+        if (!device) device = t.device();
+    });
+    TensorOptions o{.space = MemorySpace::device, .device = device, .stream = stream};
+    Tensor<typename E::dtype> out = empty<typename E::dtype>(expr.shape(), o);
+    ops::Assignment<typename E::dtype, E>(out, expr).run(o.resolved_stream(), site);
+    return out;
+}
+
+}  // namespace tessel

@@ -1,0 +1,484 @@
+// Lazy element-wise expressions over tensors and scalars: `a * b + 1` builds a small tree of nodes
+// and computes nothing; `(c = expr).run(stream)` (ops/assign.hpp) evaluates the whole tree in ONE
+// kernel. Nodes are plain values: the host tree holds Tensor handles (keeping their memory alive),
+// and run() lowers it to a device tree of raw pointers and strides that is the kernel's parameter.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "../tensor/tensor.hpp"
+#include "functors.hpp"
+
+namespace tessel {
+
+// Base of every expression node. Being in namespace tessel, it lets argument-dependent lookup find
+// tessel's operators and functions for any node.
+template <class Derived>
+struct Expression {};
+
+namespace ops {
+
+// True for expression node types (not Tensor itself; a Tensor becomes a TensorRef leaf).
+template <class T>
+concept node = std::is_base_of_v<Expression<T>, T>;
+template <class T>
+inline constexpr bool is_tensor = false;
+template <Element T>
+inline constexpr bool is_tensor<Tensor<T>> = true;
+// A C++ number usable in an expression (bool included).
+template <class T>
+concept number = std::is_arithmetic_v<T>;
+
+// V values of T side by side: what a thread computes on the vectorised path.
+template <class T, int V>
+struct Array {
+    T v[V];
+    __host__ __device__ T& operator[](int k) { return v[k]; }
+    __host__ __device__ const T& operator[](int k) const { return v[k]; }
+};
+// V values of T as one aligned memory access (16 bytes when V * sizeof(T) == 16).
+template <class T, int V>
+struct alignas(sizeof(T) * V) Packed {
+    T v[V];
+};
+
+// Where a kernel thread evaluates: element i of a contiguous iteration (operands have stride 0 or
+// 1), the V elements from i, or the coordinates of a general strided iteration.
+template <class I>
+struct LinearIndex {
+    I i;
+};
+template <class I, int V>
+struct VectorIndex {
+    I i;
+};
+template <class I>
+struct CoordIndex {
+    const I* coord;  // coord[0..rank): the iteration's (coalesced) coordinates
+    int rank;
+};
+template <class Idx>
+inline constexpr bool is_vector_index = false;
+template <class I, int V>
+inline constexpr bool is_vector_index<VectorIndex<I, V>> = true;
+template <class Idx>
+inline constexpr int lanes = 1;
+template <class I, int V>
+inline constexpr int lanes<VectorIndex<I, V>> = V;
+
+// Applies f lane by lane when evaluating a VectorIndex, or once otherwise.
+template <class R, class Idx, class F, class... A>
+__host__ __device__ auto apply_lanes(F&& f, const A&... a) {
+    if constexpr (!is_vector_index<Idx>) {
+        return R(f(a...));
+    } else {
+        Array<R, lanes<Idx>> r;
+        for (int k = 0; k < lanes<Idx>; ++k) r[k] = R(f(a[k]...));
+        return r;
+    }
+}
+
+// ---- device tree ----------------------------------------------------------------------------------
+
+// A tensor operand in a kernel: its first element and its strides over the iteration's dims.
+template <class T>
+struct DeviceLeaf {
+    using dtype = T;
+    using value_t = compute_t<T>;
+    const T* data;
+    std::int64_t stride[max_rank];
+
+    template <class Idx>
+    __host__ __device__ auto eval(const Idx& idx) const {
+        if constexpr (!is_vector_index<Idx>) {
+            return cast<value_t>(data[offset(idx)]);
+        } else {
+            constexpr int V = lanes<Idx>;
+            Array<value_t, V> r;
+            if (stride[0] == 0) {
+                const value_t x = cast<value_t>(data[0]);
+                for (int k = 0; k < V; ++k) r[k] = x;
+            } else {
+                const Packed<T, V> p = *reinterpret_cast<const Packed<T, V>*>(data + idx.i);
+                for (int k = 0; k < V; ++k) r[k] = cast<value_t>(p.v[k]);
+            }
+            return r;
+        }
+    }
+
+private:
+    template <class I>
+    __host__ __device__ std::int64_t offset(const LinearIndex<I>& idx) const { return std::int64_t(idx.i) * stride[0]; }
+    template <class I>
+    __host__ __device__ std::int64_t offset(const CoordIndex<I>& idx) const {
+        std::int64_t o = 0;
+        for (int d = 0; d < idx.rank; ++d) o += std::int64_t(idx.coord[d]) * stride[d];
+        return o;
+    }
+};
+
+// What run() knows about one tensor operand while planning: read by the checks, written back as
+// strides over the coalesced iteration.
+struct LeafPlan {
+    const Storage* storage;
+    Layout layout;          // the operand's own layout
+    Shape strides;          // strides broadcast to the output's shape, then coalesced
+    const void* data;       // first element
+    std::size_t element_size;
+    std::string_view dtype;
+};
+
+// ---- host tree ----------------------------------------------------------------------------------
+
+// A tensor operand in an expression (holds the tensor, so its memory lives as long as the tree).
+template <Element T>
+struct TensorRef : Expression<TensorRef<T>> {
+    using dtype = T;
+    static constexpr std::size_t widest = sizeof(T);
+    static constexpr int leaf_count = 1;
+    Tensor<T> tensor;
+
+    explicit TensorRef(Tensor<T> t) : tensor(std::move(t)) {
+        require(tensor.defined(), "expression operand: an undefined (default-constructed) tensor");
+    }
+    template <class F>
+    void visit_leaves(F&& f) const {
+        f(tensor);
+    }
+    Shape shape() const { return tensor.shape(); }
+    DeviceLeaf<T> lower(const LeafPlan*& next) const {
+        DeviceLeaf<T> d{static_cast<const T*>(next->data), {}};
+        for (int k = 0; k < next->strides.size(); ++k) d.stride[k] = next->strides[k];
+        ++next;
+        return d;
+    }
+};
+
+// A C++ number in an expression, already converted to the type its operation computes in; `Tag` is
+// its element type for promotion (weak_float / weak_int for C++ floating / integer numbers).
+template <class Tag, class C>
+struct Scalar : Expression<Scalar<Tag, C>> {
+    using dtype = Tag;
+    using value_t = C;
+    static constexpr std::size_t widest = 1;
+    static constexpr int leaf_count = 0;
+    C value;
+
+    explicit Scalar(C v) : value(v) {}
+    template <class F>
+    void visit_leaves(F&&) const {}
+    Shape shape() const { return {}; }
+    Scalar lower(const LeafPlan*&) const { return *this; }
+    template <class Idx>
+    __host__ __device__ auto eval(const Idx&) const {
+        if constexpr (!is_vector_index<Idx>) {
+            return value;
+        } else {
+            Array<C, lanes<Idx>> r;
+            for (int k = 0; k < lanes<Idx>; ++k) r[k] = value;
+            return r;
+        }
+    }
+};
+
+namespace detail {
+inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+    const int n = std::max(a.size(), b.size());
+    std::array<std::int64_t, max_rank> out{};
+    for (int k = 0; k < n; ++k) {
+        const int ia = a.size() - n + k, ib = b.size() - n + k;
+        const std::int64_t sa = ia >= 0 ? a[ia] : 1, sb = ib >= 0 ? b[ib] : 1;
+        require(sa == sb || sa == 1 || sb == 1, "operator ", op, ": shapes ", a.to_string(), " and ", b.to_string(),
+                " do not broadcast (dim ", k - n, ": ", sa, " vs ", sb, ")");
+        out[std::size_t(k)] = sa == 1 ? sb : sa;
+    }
+    return Shape(std::span<const std::int64_t>(out.data(), std::size_t(n)));
+}
+}  // namespace detail
+
+// op(child).
+template <class Op, class E>
+struct Unary : Expression<Unary<Op, E>> {
+    using dtype = unary_result_t<Op::kind, typename E::dtype>;
+    using operand_t = unary_operand_t<Op::kind, typename E::dtype>;
+    static constexpr std::size_t widest = E::widest;
+    static constexpr int leaf_count = E::leaf_count;
+    Op op;
+    E child;
+
+    Unary(Op o, E e) : op(o), child(std::move(e)) {}
+    template <class F>
+    void visit_leaves(F&& f) const {
+        child.visit_leaves(f);
+    }
+    Shape shape() const { return child.shape(); }
+    auto lower(const LeafPlan*& next) const {
+        auto c = child.lower(next);
+        return Unary<Op, decltype(c)>(op, c);
+    }
+    template <class Idx>
+    __host__ __device__ auto eval(const Idx& idx) const {
+        const auto a = child.eval(idx);
+        return apply_lanes<compute_t<dtype>, Idx>([this](auto x) { return op(cast<operand_t>(x)); }, a);
+    }
+};
+
+// cast_to<T>(child): rounds to T (saturating for fp8), then computes on in T's compute type.
+template <class T, class E>
+struct Unary<CastTo<T>, E> : Expression<Unary<CastTo<T>, E>> {
+    using dtype = T;
+    static constexpr std::size_t widest = std::max(E::widest, sizeof(T));
+    static constexpr int leaf_count = E::leaf_count;
+    CastTo<T> op;
+    E child;
+
+    Unary(CastTo<T> o, E e) : op(o), child(std::move(e)) {}
+    template <class F>
+    void visit_leaves(F&& f) const {
+        child.visit_leaves(f);
+    }
+    Shape shape() const { return child.shape(); }
+    auto lower(const LeafPlan*& next) const {
+        auto c = child.lower(next);
+        return Unary<CastTo<T>, decltype(c)>(op, c);
+    }
+    template <class Idx>
+    __host__ __device__ auto eval(const Idx& idx) const {
+        const auto a = child.eval(idx);
+        return apply_lanes<compute_t<T>, Idx>([](auto x) { return cast<compute_t<T>>(cast<T>(x)); }, a);
+    }
+};
+
+// op(left, right), broadcasting.
+template <class Op, class L, class R>
+struct Binary : Expression<Binary<Op, L, R>> {
+    using dtype = binary_result_t<Op::kind, typename L::dtype, typename R::dtype>;
+    using operand_t = binary_operand_t<Op::kind, typename L::dtype, typename R::dtype>;
+    static constexpr std::size_t widest = std::max(L::widest, R::widest);
+    static constexpr int leaf_count = L::leaf_count + R::leaf_count;
+    Op op;
+    L left;
+    R right;
+
+    Binary(Op o, L l, R r) : op(o), left(std::move(l)), right(std::move(r)) {}
+    template <class F>
+    void visit_leaves(F&& f) const {
+        left.visit_leaves(f);
+        right.visit_leaves(f);
+    }
+    Shape shape() const { return detail::broadcast_shapes(left.shape(), right.shape(), Op::name); }
+    auto lower(const LeafPlan*& next) const {
+        auto l = left.lower(next);
+        auto r = right.lower(next);
+        return Binary<Op, decltype(l), decltype(r)>(op, l, r);
+    }
+    template <class Idx>
+    __host__ __device__ auto eval(const Idx& idx) const {
+        const auto a = left.eval(idx);
+        const auto b = right.eval(idx);
+        return apply_lanes<compute_t<dtype>, Idx>(
+            [this](auto x, auto y) { return op(cast<operand_t>(x), cast<operand_t>(y)); }, a, b);
+    }
+};
+
+// where(cond, a, b): a where cond is true, else b (both are evaluated).
+template <class Cond, class A, class B>
+struct Where : Expression<Where<Cond, A, B>> {
+    using dtype = promote_t<typename A::dtype, typename B::dtype>;
+    using value_t = compute_t<dtype>;
+    static constexpr std::size_t widest = std::max({Cond::widest, A::widest, B::widest});
+    static constexpr int leaf_count = Cond::leaf_count + A::leaf_count + B::leaf_count;
+    Cond cond;
+    A a;
+    B b;
+
+    Where(Cond c, A x, B y) : cond(std::move(c)), a(std::move(x)), b(std::move(y)) {}
+    template <class F>
+    void visit_leaves(F&& f) const {
+        cond.visit_leaves(f);
+        a.visit_leaves(f);
+        b.visit_leaves(f);
+    }
+    Shape shape() const {
+        return detail::broadcast_shapes(detail::broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+    }
+    auto lower(const LeafPlan*& next) const {
+        auto c = cond.lower(next);
+        auto x = a.lower(next);
+        auto y = b.lower(next);
+        return Where<decltype(c), decltype(x), decltype(y)>(c, x, y);
+    }
+    template <class Idx>
+    __host__ __device__ auto eval(const Idx& idx) const {
+        const auto c = cond.eval(idx);
+        const auto x = a.eval(idx);
+        const auto y = b.eval(idx);
+        return apply_lanes<value_t, Idx>(
+            [](auto k, auto p, auto q) { return cast<bool>(k) ? cast<value_t>(p) : cast<value_t>(q); }, c, x, y);
+    }
+};
+
+// ---- operands -----------------------------------------------------------------------------------
+
+// The element type an operand contributes to promotion.
+template <class X>
+struct operand_dtype {
+    using type = typename X::dtype;
+};
+template <Element T>
+struct operand_dtype<Tensor<T>> {
+    using type = T;
+};
+template <number X>
+struct operand_dtype<X> {
+    using type = std::conditional_t<std::is_same_v<X, bool>, bool, std::conditional_t<std::is_floating_point_v<X>, weak_float, weak_int>>;
+};
+template <class X>
+using operand_dtype_t = typename operand_dtype<std::remove_cvref_t<X>>::type;
+
+// An operand as a node; a number becomes a Scalar in the compute type of its operation with `Other`.
+template <class Other, class X>
+auto as_node(const X& x) {
+    if constexpr (node<X>) return x;
+    else if constexpr (is_tensor<X>) return TensorRef<typename X::value_type>(x);
+    else {
+        using tag = operand_dtype_t<X>;
+        using C = compute_t<std::conditional_t<std::is_same_v<tag, bool>, bool, promote_t<Other, tag>>>;
+        return Scalar<tag, C>(static_cast<C>(x));
+    }
+}
+
+// Something an expression operator accepts: a node, a Tensor or a number.
+template <class X>
+concept operand = node<X> || is_tensor<X> || number<X>;
+// Two operands of which at least one is a node or a Tensor (number op number stays C++'s).
+template <class A, class B>
+concept operands = operand<A> && operand<B> && (!number<A> || !number<B>);
+
+template <class Op, class A, class B>
+auto make_binary(Op op, const A& a, const B& b) {
+    auto l = as_node<operand_dtype_t<B>>(a);
+    auto r = as_node<operand_dtype_t<A>>(b);
+    return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
+}
+template <class Op, class A>
+auto make_unary(Op op, const A& a) {
+    auto x = as_node<void>(a);
+    return Unary<Op, decltype(x)>(op, std::move(x));
+}
+
+}  // namespace ops
+
+// ---- operators and functions (namespace tessel, found by argument-dependent lookup) -------------
+
+#define TESSEL_BINARY_OPERATOR(op, Op)                           \
+    template <class A, class B>                                  \
+        requires ops::operands<A, B>                             \
+    auto operator op(const A& a, const B& b) {                   \
+        return ops::make_binary(ops::Op{}, a, b);                \
+    }
+TESSEL_BINARY_OPERATOR(+, Add)
+TESSEL_BINARY_OPERATOR(-, Sub)
+TESSEL_BINARY_OPERATOR(*, Mul)
+TESSEL_BINARY_OPERATOR(/, Div)
+TESSEL_BINARY_OPERATOR(%, Mod)
+TESSEL_BINARY_OPERATOR(==, Equal)
+TESSEL_BINARY_OPERATOR(!=, NotEqual)
+TESSEL_BINARY_OPERATOR(<, Less)
+TESSEL_BINARY_OPERATOR(<=, LessEqual)
+TESSEL_BINARY_OPERATOR(>, Greater)
+TESSEL_BINARY_OPERATOR(>=, GreaterEqual)
+TESSEL_BINARY_OPERATOR(&&, LogicalAnd)
+TESSEL_BINARY_OPERATOR(||, LogicalOr)
+#undef TESSEL_BINARY_OPERATOR
+
+#define TESSEL_BINARY_FUNCTION(name, Op)                         \
+    template <class A, class B>                                  \
+        requires ops::operands<A, B>                             \
+    auto name(const A& a, const B& b) {                          \
+        return ops::make_binary(ops::Op{}, a, b);                \
+    }
+TESSEL_BINARY_FUNCTION(maximum, Maximum)
+TESSEL_BINARY_FUNCTION(minimum, Minimum)
+TESSEL_BINARY_FUNCTION(pow, Pow)
+TESSEL_BINARY_FUNCTION(logical_and, LogicalAnd)
+TESSEL_BINARY_FUNCTION(logical_or, LogicalOr)
+#undef TESSEL_BINARY_FUNCTION
+
+template <class A>
+    requires(ops::node<A> || ops::is_tensor<A>)
+auto operator-(const A& a) {
+    return ops::make_unary(ops::Negate{}, a);
+}
+template <class A>
+    requires(ops::node<A> || ops::is_tensor<A>)
+auto operator!(const A& a) {
+    return ops::make_unary(ops::LogicalNot{}, a);
+}
+
+#define TESSEL_UNARY_FUNCTION(name, Op)                          \
+    template <class A>                                           \
+        requires(ops::node<A> || ops::is_tensor<A>)              \
+    auto name(const A& a) {                                      \
+        return ops::make_unary(ops::Op{}, a);                    \
+    }
+TESSEL_UNARY_FUNCTION(logical_not, LogicalNot)
+TESSEL_UNARY_FUNCTION(abs, Abs)
+TESSEL_UNARY_FUNCTION(sqrt, Sqrt)
+TESSEL_UNARY_FUNCTION(rsqrt, Rsqrt)
+TESSEL_UNARY_FUNCTION(exp, Exp)
+TESSEL_UNARY_FUNCTION(exp2, Exp2)
+TESSEL_UNARY_FUNCTION(log, Log)
+TESSEL_UNARY_FUNCTION(log2, Log2)
+TESSEL_UNARY_FUNCTION(log1p, Log1p)
+TESSEL_UNARY_FUNCTION(expm1, Expm1)
+TESSEL_UNARY_FUNCTION(sin, Sin)
+TESSEL_UNARY_FUNCTION(cos, Cos)
+TESSEL_UNARY_FUNCTION(tanh, Tanh)
+TESSEL_UNARY_FUNCTION(sigmoid, Sigmoid)
+TESSEL_UNARY_FUNCTION(relu, Relu)
+TESSEL_UNARY_FUNCTION(gelu, Gelu)
+TESSEL_UNARY_FUNCTION(gelu_tanh, GeluTanh)
+TESSEL_UNARY_FUNCTION(silu, Silu)
+TESSEL_UNARY_FUNCTION(softplus, Softplus)
+TESSEL_UNARY_FUNCTION(floor, Floor)
+TESSEL_UNARY_FUNCTION(ceil, Ceil)
+TESSEL_UNARY_FUNCTION(round, Round)
+TESSEL_UNARY_FUNCTION(isnan, IsNan)
+TESSEL_UNARY_FUNCTION(isinf, IsInf)
+#undef TESSEL_UNARY_FUNCTION
+
+// max(x, 0) + slope * min(x, 0).
+template <class A>
+    requires(ops::node<A> || ops::is_tensor<A>)
+auto leaky_relu(const A& a, double slope = 0.01) {
+    return ops::make_unary(ops::LeakyRelu{slope}, a);
+}
+// The values as element type T (round to nearest even; fp8 saturates), inside an expression.
+template <Element T, class A>
+    requires(ops::node<A> || ops::is_tensor<A>)
+auto cast_to(const A& a) {
+    return ops::make_unary(ops::CastTo<T>{}, a);
+}
+// cond ? a : b element-wise, broadcasting all three.
+template <class Cond, class A, class B>
+    requires(ops::node<Cond> || ops::is_tensor<Cond>) && ops::operand<A> && ops::operand<B> &&
+            (!ops::number<A> || !ops::number<B>)
+auto where(const Cond& cond, const A& a, const B& b) {
+    auto c = ops::as_node<void>(cond);
+    auto x = ops::as_node<ops::operand_dtype_t<B>>(a);
+    auto y = ops::as_node<ops::operand_dtype_t<A>>(b);
+    return ops::Where<decltype(c), decltype(x), decltype(y)>(std::move(c), std::move(x), std::move(y));
+}
+// min(max(x, lo), hi).
+template <class X, class Lo, class Hi>
+    requires(ops::node<X> || ops::is_tensor<X>) && ops::operand<Lo> && ops::operand<Hi>
+auto clamp(const X& x, const Lo& lo, const Hi& hi) {
+    return minimum(maximum(x, lo), hi);
+}
+
+}  // namespace tessel

@@ -1,0 +1,382 @@
+// Element-wise expressions against double-precision host references: one launch for a deep tree,
+// every unary function, integer and bool semantics, broadcasting and strided views on both sides,
+// in-place updates, aliasing and shape errors, casts. Sizes are odd (1, 2, 31, 33, 1000003) and
+// outputs are poisoned (all bytes 0xFF: NaN, -1, invalid bool) before each run.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numbers>
+#include <sstream>
+
+#include <tessel/ops/assign.hpp>
+
+#include "../reference/elementwise.hpp"
+#include "../support/device_array.hpp"
+
+using namespace tessel;
+using reference::at;
+using reference::for_each_index;
+
+namespace {
+
+template <class T>
+struct Operand {
+    Tensor<T> dev;   // what the expression reads
+    Tensor<T> host;  // the same values and view on the host, for the reference
+};
+
+template <class T>
+Operand<T> random_operand(const Shape& s, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
+    const auto n = std::size_t(Layout::contiguous(s).numel());
+    std::vector<T> v(n);
+    if constexpr (std::is_same_v<T, bool>) {
+        const auto r = testing::random_vector<double>(n, seed);
+        for (std::size_t i = 0; i < n; ++i) v[i] = r[i] > 0;
+        detail::HostArray<bool> h(n);
+        for (std::size_t i = 0; i < n; ++i) h.data()[i] = v[i];
+        return {from_host<bool>(h.span(), s), from_host<bool>(h.span(), s, {.space = MemorySpace::host})};
+    } else {
+        const auto r = testing::random_vector<double>(n, seed, lo, hi);
+        for (std::size_t i = 0; i < n; ++i) v[i] = ops::cast<T>(std::is_integral_v<T> ? std::floor(r[i]) : r[i]);
+        return {from_host<T>(std::span<const T>(v), s), from_host<T>(std::span<const T>(v), s, {.space = MemorySpace::host})};
+    }
+}
+
+template <class T>
+Tensor<T> poisoned(const Shape& s) {
+    Tensor<T> t = empty<T>(s);
+    rt::memset_async(t.data(), 0xFF, std::size_t(t.numel()) * sizeof(T), current_stream(t.device()).handle());
+    return t;
+}
+
+template <class T>
+double as_double(T v) {
+    return convert<double>(v);
+}
+
+// Compares every element of `got` (contiguous or not) with ref(index) within atol + rtol * |ref|;
+// an unwritten (NaN) element always fails.
+template <class T, class Ref>
+void check(const Tensor<T>& got, Ref&& ref, double atol, double rtol, const std::string& what) {
+    const Tensor<T> h = got.to_host();
+    std::size_t bad = 0, count = 0;
+    std::ostringstream os;
+    for_each_index(h.shape(), [&](const std::vector<std::int64_t>& idx) {
+        const double want = ref(idx), have = as_double(at(h, idx));
+        const bool ok = (std::isnan(want) && std::isnan(have)) ||
+                        (!std::isnan(have) && std::fabs(have - want) <= atol + rtol * std::fabs(want)) || have == want;
+        if (!ok && bad++ < 6) {
+            os << "\n  at [";
+            for (auto i : idx) os << i << ' ';
+            os << "] expected " << want << ", got " << have;
+        }
+        ++count;
+    });
+    INFO(what << ": " << bad << " of " << count << " elements wrong" << os.str());
+    CHECK(bad == 0);
+}
+
+// Bool results compared byte-exactly (an unwritten element is 0xFF, neither true nor false).
+template <class Ref>
+void check_bool(const Tensor<bool>& got, Ref&& ref, const std::string& what) {
+    const auto bytes = reference::bytes_of(got);
+    std::size_t i = 0, bad = 0;
+    for_each_index(got.shape(), [&](const std::vector<std::int64_t>& idx) {
+        bad += bytes[i++] != (ref(idx) ? 1 : 0);
+    });
+    INFO(what << ": " << bad << " of " << bytes.size() << " elements wrong");
+    CHECK(bad == 0);
+}
+
+std::uint64_t launches() {
+#if defined(TESSEL_BACKEND_SIM)
+    return sim::launch_count();
+#else
+    return 0;
+#endif
+}
+
+}  // namespace
+
+// ---- types ----------------------------------------------------------------------------------------
+
+static_assert(std::is_same_v<ops::promote_t<__nv_bfloat16, float>, float>);
+static_assert(std::is_same_v<ops::promote_t<__half, __nv_bfloat16>, float>);
+static_assert(std::is_same_v<ops::promote_t<__half, __half>, __half>);
+static_assert(std::is_same_v<ops::promote_t<float, double>, double>);
+static_assert(std::is_same_v<ops::promote_t<std::int32_t, float>, float>);
+static_assert(std::is_same_v<ops::promote_t<std::int8_t, std::uint8_t>, std::int32_t>);
+static_assert(std::is_same_v<ops::promote_t<std::int32_t, std::int64_t>, std::int64_t>);
+static_assert(std::is_same_v<ops::promote_t<bool, std::int8_t>, std::int8_t>);
+static_assert(std::is_same_v<ops::promote_t<__half, ops::weak_float>, __half>);
+static_assert(std::is_same_v<ops::promote_t<std::int32_t, ops::weak_float>, float>);
+static_assert(std::is_same_v<ops::promote_t<std::int8_t, ops::weak_int>, std::int8_t>);
+static_assert(std::is_same_v<ops::promote_t<bool, ops::weak_int>, std::int64_t>);
+static_assert(std::is_same_v<ops::compute_t<__nv_bfloat16>, float>);
+
+TEST_CASE("expression result types follow the documented promotion", "[ops][expression]") {
+    auto b = empty<__nv_bfloat16>({3});
+    auto f = empty<float>({3});
+    auto i = empty<std::int32_t>({3});
+    auto h = empty<__half>({3});
+    STATIC_REQUIRE(std::is_same_v<decltype(b + f)::dtype, float>);
+    STATIC_REQUIRE(std::is_same_v<decltype(b * 2.0)::dtype, __nv_bfloat16>);
+    STATIC_REQUIRE(std::is_same_v<decltype(h + b)::dtype, float>);
+    STATIC_REQUIRE(std::is_same_v<decltype(i / 2)::dtype, float>);  // true division
+    STATIC_REQUIRE(std::is_same_v<decltype(i * 2)::dtype, std::int32_t>);
+    STATIC_REQUIRE(std::is_same_v<decltype(i * 2.5)::dtype, float>);
+    STATIC_REQUIRE(std::is_same_v<decltype(exp(i))::dtype, float>);
+    STATIC_REQUIRE(std::is_same_v<decltype(f < i)::dtype, bool>);
+    STATIC_REQUIRE(std::is_same_v<decltype(where(f > 0, b, h))::dtype, float>);
+    STATIC_REQUIRE(std::is_same_v<decltype(cast_to<__half>(f))::dtype, __half>);
+    CHECK(evaluate(b + f).dtype() == DType::f32);
+}
+
+// ---- one launch, deep trees -----------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("a depth-7 expression is one kernel and matches the double reference", "[ops][expression]", float,
+                   double, __nv_bfloat16) {
+    using T = TestType;
+    // float: ~10 roundings of values below 10 -> 2e-5 absolute; bf16 output rounds to 8 bits: 2^-8
+    // relative, plus its inputs' own rounding carried through; double: 1e-12.
+    const double atol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 : 2e-2;
+    const double rtol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 1e-5 : 8e-3;
+    for (std::int64_t n : {1, 2, 31, 33, 1000003}) {
+        INFO("n " << n);
+        auto a = random_operand<T>({n}, 1), b = random_operand<T>({n}, 2), c = random_operand<T>({n}, 3, -4, 4);
+        auto out = poisoned<T>({n});
+        const auto before = launches();
+        (out = relu(a.dev * b.dev + c.dev) / (1 + exp(-a.dev)) - sqrt(abs(c.dev)) * 0.5 + where(a.dev > b.dev, a.dev, b.dev)).run();
+        if (backend == Backend::sim) CHECK(launches() - before == 1);
+        check(out,
+              [&](const auto& i) {
+                  const double x = as_double(at(a.host, i)), y = as_double(at(b.host, i)), z = as_double(at(c.host, i));
+                  return std::max(x * y + z, 0.0) / (1 + std::exp(-x)) - std::sqrt(std::fabs(z)) * 0.5 + (x > y ? x : y);
+              },
+              atol, rtol, "deep expression");
+    }
+}
+
+// ---- every unary function -------------------------------------------------------------------------
+
+namespace {
+template <class T, class Make>
+void check_unary(const char* name, Make make, double (*ref)(double), double lo, double hi) {
+    // float: CUDA's single-precision functions are within 2-4 ulp (1 ulp ~ 6e-8 relative); 8e-7
+    // relative plus 1e-6 absolute leaves margin for the composite ones (gelu, softplus, silu).
+    // double: the double functions are within 1-2 ulp.
+    const double atol = std::is_same_v<T, float> ? 1e-6 : 1e-14, rtol = std::is_same_v<T, float> ? 8e-7 : 1e-14;
+    for (std::int64_t n : {1, 33, 4099}) {
+        auto x = random_operand<T>({n}, std::uint64_t(n) * 7 + 1, lo, hi);
+        auto out = poisoned<T>({n});
+        (out = make(x.dev)).run();
+        check(out, [&](const auto& i) { return ref(as_double(at(x.host, i))); }, atol, rtol, name);
+    }
+}
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))); }
+double softplus_ref(double x) { return std::log1p(std::exp(x)); }
+}  // namespace
+
+TEMPLATE_TEST_CASE("every unary function matches its double reference", "[ops][expression]", float, double) {
+    using T = TestType;
+    using E = Tensor<T>;
+    check_unary<T>("sqrt", [](const E& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 100);
+    check_unary<T>("rsqrt", [](const E& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.01, 100);
+    check_unary<T>("exp", [](const E& x) { return exp(x); }, [](double x) { return std::exp(x); }, -10, 10);
+    check_unary<T>("exp2", [](const E& x) { return exp2(x); }, [](double x) { return std::exp2(x); }, -10, 10);
+    check_unary<T>("log", [](const E& x) { return log(x); }, [](double x) { return std::log(x); }, 0.01, 100);
+    check_unary<T>("log2", [](const E& x) { return log2(x); }, [](double x) { return std::log2(x); }, 0.01, 100);
+    check_unary<T>("log1p", [](const E& x) { return log1p(x); }, [](double x) { return std::log1p(x); }, -0.5, 10);
+    check_unary<T>("expm1", [](const E& x) { return expm1(x); }, [](double x) { return std::expm1(x); }, -1, 1);
+    check_unary<T>("sin", [](const E& x) { return sin(x); }, [](double x) { return std::sin(x); }, -6, 6);
+    check_unary<T>("cos", [](const E& x) { return cos(x); }, [](double x) { return std::cos(x); }, -6, 6);
+    check_unary<T>("tanh", [](const E& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -5, 5);
+    check_unary<T>("sigmoid", [](const E& x) { return sigmoid(x); }, sigmoid_ref, -10, 10);
+    check_unary<T>("silu", [](const E& x) { return silu(x); }, [](double x) { return x * sigmoid_ref(x); }, -10, 10);
+    check_unary<T>("gelu", [](const E& x) { return gelu(x); }, gelu_ref, -5, 5);
+    check_unary<T>("gelu_tanh", [](const E& x) { return gelu_tanh(x); }, gelu_tanh_ref, -5, 5);
+    check_unary<T>("softplus", [](const E& x) { return softplus(x); }, softplus_ref, -30, 30);
+    check_unary<T>("relu", [](const E& x) { return relu(x); }, [](double x) { return std::max(x, 0.0); }, -1, 1);
+    check_unary<T>("leaky_relu", [](const E& x) { return leaky_relu(x, 0.2); }, [](double x) { return x < 0 ? 0.2 * x : x; }, -1, 1);
+    check_unary<T>("abs", [](const E& x) { return abs(x); }, [](double x) { return std::fabs(x); }, -1, 1);
+    check_unary<T>("negate", [](const E& x) { return -x; }, [](double x) { return -x; }, -1, 1);
+    check_unary<T>("floor", [](const E& x) { return floor(x * 10); }, [](double x) { return std::floor(x * 10); }, -1, 1);
+    check_unary<T>("ceil", [](const E& x) { return ceil(x * 10); }, [](double x) { return std::ceil(x * 10); }, -1, 1);
+    check_unary<T>("round", [](const E& x) { return round(floor(x * 10) + 0.5); },
+                   [](double x) { return std::nearbyint(std::floor(x * 10) + 0.5); }, -3, 3);  // halves: to even
+    check_unary<T>("pow", [](const E& x) { return pow(x, 1.5); }, [](double x) { return std::pow(x, 1.5); }, 0, 10);
+    check_unary<T>("clamp", [](const E& x) { return clamp(x, -0.25, 0.5); }, [](double x) { return std::clamp(x, -0.25, 0.5); }, -1, 1);
+    check_unary<T>("mod", [](const E& x) { return x % 0.75; }, [](double x) { return x - 0.75 * std::floor(x / 0.75); }, -3, 3);
+}
+
+TEST_CASE("isnan, isinf and NaN-propagating maximum", "[ops][expression]") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    auto x = from_host<float>({1.f, nan, inf, -inf, 0.f, -2.f, nan}, {7});
+    auto y = from_host<float>({2.f, 1.f, 1.f, 1.f, nan, -3.f, 0.f}, {7});
+    auto isn = poisoned<bool>({7}), isi = poisoned<bool>({7});
+    (isn = isnan(x)).run();
+    (isi = isinf(x)).run();
+    check_bool(isn, [](const auto& i) { return i[0] == 1 || i[0] == 6; }, "isnan");
+    check_bool(isi, [](const auto& i) { return i[0] == 2 || i[0] == 3; }, "isinf");
+    auto m = poisoned<float>({7});
+    (m = maximum(x, y)).run();
+    const auto v = m.to_vector();
+    CHECK(v[0] == 2.f);
+    CHECK(std::isnan(v[1]));
+    CHECK(v[2] == inf);
+    CHECK(v[3] == 1.f);
+    CHECK(std::isnan(v[4]));
+    CHECK(v[5] == -2.f);
+    CHECK(std::isnan(v[6]));
+}
+
+// ---- integers and bools ---------------------------------------------------------------------------
+
+TEST_CASE("integer arithmetic: Python modulo, true division, powers, comparisons", "[ops][expression]") {
+    const std::int64_t n = 1031;
+    auto a = random_operand<std::int32_t>({n}, 11, -1000, 1000), b = random_operand<std::int32_t>({n}, 12, -9, 9);
+    auto sum = poisoned<std::int32_t>({n}), mod = poisoned<std::int32_t>({n}), pw = poisoned<std::int32_t>({n});
+    auto div = poisoned<float>({n});
+    auto lt = poisoned<bool>({n});
+    (sum = a.dev * 3 - b.dev + maximum(a.dev, b.dev) - abs(a.dev)).run();
+    (mod = a.dev % b.dev).run();
+    (div = a.dev / b.dev).run();
+    (pw = pow(b.dev, 3)).run();
+    (lt = (a.dev < b.dev * 100) && !(a.dev == 0)).run();
+    auto ai = [&](const auto& i) { return double(at(a.host, i)); };
+    auto bi = [&](const auto& i) { return double(at(b.host, i)); };
+    check(sum, [&](const auto& i) { return ai(i) * 3 - bi(i) + std::max(ai(i), bi(i)) - std::fabs(ai(i)); }, 0, 0, "int arithmetic");
+    check(mod,
+          [&](const auto& i) { return bi(i) == 0 ? 0.0 : ai(i) - bi(i) * std::floor(ai(i) / bi(i)); }, 0, 0,
+          "int modulo (sign of the divisor; x % 0 = 0)");
+    check(div, [&](const auto& i) { return ai(i) / bi(i); }, 0, 1e-7, "int true division");  // x/0 is +-inf or NaN
+    check(pw, [&](const auto& i) { return bi(i) * bi(i) * bi(i); }, 0, 0, "int pow");
+    check_bool(lt, [&](const auto& i) { return ai(i) < bi(i) * 100 && ai(i) != 0; }, "comparison and logic");
+
+    auto c = random_operand<std::int8_t>({n}, 13, -100, 100);
+    auto d = random_operand<std::uint8_t>({n}, 14, 0, 250);
+    auto wide = poisoned<std::int32_t>({n});
+    STATIC_REQUIRE(std::is_same_v<decltype(c.dev * d.dev)::dtype, std::int32_t>);
+    (wide = c.dev * d.dev).run();  // int8 * uint8 computes in int32: no wrap-around
+    check(wide, [&](const auto& i) { return double(at(c.host, i)) * double(at(d.host, i)); }, 0, 0, "int8 * uint8");
+}
+
+TEST_CASE("bool tensors: logic and where", "[ops][expression]") {
+    const std::int64_t n = 257;
+    auto p = random_operand<bool>({n}, 21), q = random_operand<bool>({n}, 22);
+    auto x = random_operand<float>({n}, 23);
+    auto out = poisoned<bool>({n});
+    auto sel = poisoned<float>({n});
+    (out = logical_or(p.dev && !q.dev, logical_not(p.dev) && q.dev)).run();  // exclusive or
+    (sel = where(p.dev, x.dev, -x.dev * 2)).run();
+    check_bool(out, [&](const auto& i) { return at(p.host, i) != at(q.host, i); }, "xor");
+    check(sel, [&](const auto& i) { return at(p.host, i) ? double(at(x.host, i)) : -2.0 * double(at(x.host, i)); }, 0, 0, "where");
+}
+
+// ---- shapes and layouts ---------------------------------------------------------------------------
+
+TEST_CASE("broadcasting, strided and permuted operands, strided outputs", "[ops][expression]") {
+    auto a = random_operand<float>({5, 1, 7}, 31), b = random_operand<float>({3, 1}, 32);
+    auto out = poisoned<float>({5, 3, 7});
+    (out = a.dev * b.dev + 1).run();
+    check(out, [&](const auto& i) { return double(at(a.host, i)) * double(at(b.host, i)) + 1; }, 1e-6, 1e-6, "broadcast");
+
+    // A permuted 3-d view plus a sliced (step 2) view, into a transposed output.
+    auto big = random_operand<float>({9, 33, 31}, 33);
+    auto p = Operand<float>{big.dev.permute({2, 0, 1}), big.host.permute({2, 0, 1})};                     // [31, 9, 33]
+    auto s = random_operand<float>({31, 9, 66}, 34);
+    auto sv = Operand<float>{s.dev.slice(2, 0, 66, 2), s.host.slice(2, 0, 66, 2)};                        // [31, 9, 33]
+    auto target = poisoned<float>({33, 9, 31});
+    auto tv = target.permute({2, 1, 0});                                                                  // [31, 9, 33]
+    (tv = p.dev - sv.dev * 2).run();
+    check(tv, [&](const auto& i) { return double(at(p.host, i)) - 2.0 * double(at(sv.host, i)); }, 1e-6, 1e-6, "strided");
+
+    // Writing into every other element leaves the others as they were.
+    auto half_out = poisoned<float>({4001});
+    auto every_other = half_out.slice(0, 0, 4001, 2);
+    auto x = random_operand<float>({2001}, 35);
+    (every_other = x.dev + 0.5f).run();
+    const auto all = half_out.to_vector();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < all.size(); ++i)
+        wrong += i % 2 ? !std::isnan(all[i]) : all[i] != float(double(x.host.data()[i / 2]) + 0.5);
+    CHECK(wrong == 0);
+
+    // A misaligned contiguous view (offset by one element) takes the unvectorised path.
+    auto y = random_operand<float>({1001}, 36);
+    auto ys = Operand<float>{y.dev.slice(0, 1, 1001), y.host.slice(0, 1, 1001)};
+    auto o = poisoned<float>({1000});
+    (o = ys.dev * 3).run();
+    check(o, [&](const auto& i) { return 3.0 * double(at(ys.host, i)); }, 0, 1e-7, "misaligned");
+
+    // Rank 0 and empty tensors.
+    auto r0 = random_operand<double>({}, 37);
+    auto o0 = poisoned<double>({});
+    (o0 = r0.dev * r0.dev).run();
+    CHECK(o0.item() == at(r0.host, {}) * at(r0.host, {}));
+    auto e = empty<float>({0, 5});
+    const auto before = launches();
+    (e = e * 2).run();
+    CHECK(launches() == before);
+}
+
+TEST_CASE("in-place updates and the aliasing rules", "[ops][expression]") {
+    const std::int64_t n = 1000003;
+    auto a = random_operand<float>({n}, 41), b = random_operand<float>({n}, 42);
+    (a.dev += b.dev * 2).run();
+    (a.dev *= 0.5f).run();
+    check(a.dev, [&](const auto& i) { return (double(at(a.host, i)) + 2.0 * double(at(b.host, i))) * 0.5; }, 1e-6, 1e-6, "+= *=");
+
+    auto v = random_operand<float>({100}, 43);
+    // Reading a shifted copy of the output: element i would read i-1 after it was overwritten.
+    CHECK_THROWS_WITH((v.dev.slice(0, 1, 100) = v.dev.slice(0, 0, 99) + 1).run(),
+                      Catch::Contains("overlaps the output") && Catch::Contains(".clone()"));
+    // Disjoint halves of one buffer are fine.
+    (v.dev.slice(0, 50, 100) = v.dev.slice(0, 0, 50) * 2).run();
+    const auto got = v.dev.to_vector();
+    CHECK(got[75] == float(double(v.host.data()[25]) * 2));
+    // A broadcast output would write one element many times.
+    auto one = zeros<float>({1});
+    CHECK_THROWS_WITH((one.expand({8}) = b.dev.slice(0, 0, 8) + 1).run(), Catch::Contains("repeats elements"));
+    CHECK_THROWS_WITH((one = b.dev.slice(0, 0, 8) + 1).run(), Catch::Contains("does not broadcast to the output's shape [1]"));
+    CHECK_THROWS_AS(evaluate(empty<float>({3}) + empty<float>({4})), InvalidArgument);
+    auto host = zeros<float>({8}, {.space = MemorySpace::host});
+    auto dev8 = zeros<float>({8});
+    CHECK_THROWS_WITH((dev8 = host * 2).run(), Catch::Contains("is in host memory"));
+    CHECK_THROWS_WITH((host = b.dev.slice(0, 0, 8) * 2).run(), Catch::Contains("the output is in host memory"));
+}
+
+// ---- casts ----------------------------------------------------------------------------------------
+
+namespace {
+// float -> bfloat16 round-to-nearest-even on the bits, independent of CUDA's conversion.
+double bf16_rne(float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+}
+}  // namespace
+
+TEST_CASE("casts round to nearest even and fp8 saturates", "[ops][expression]") {
+    const std::int64_t n = 4097;
+    auto x = random_operand<float>({n}, 51, -300, 300);
+    auto bf = poisoned<__nv_bfloat16>({n});
+    (bf = cast_to<__nv_bfloat16>(x.dev)).run();
+    check(bf, [&](const auto& i) { return bf16_rne(at(x.host, i)); }, 0, 0, "float -> bfloat16");
+    auto back = poisoned<float>({n});
+    (back = cast_to<__nv_bfloat16>(x.dev) - x.dev).run();  // the rounding error, computed in float
+    check(back, [&](const auto& i) { return bf16_rne(at(x.host, i)) - double(at(x.host, i)); }, 0, 0, "rounding error");
+
+    auto big = from_host<float>({1000.f, -1000.f, 448.f, 17.f, 0.0f}, {5});
+    auto f8 = poisoned<__nv_fp8_e4m3>({5});
+    (f8 = cast_to<__nv_fp8_e4m3>(big)).run();
+    check(f8, [](const auto& i) { return std::array<double, 5>{448, -448, 448, 16, 0}[std::size_t(i[0])]; }, 0, 0,
+          "fp8 e4m3 saturates at 448 and rounds 17 to 16");
+}
