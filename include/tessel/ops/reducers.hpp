@@ -1,0 +1,149 @@
+// What each reduction accumulates: one small struct per operation with its accumulator type, its
+// identity, how an element enters (load), how two partial results merge (combine: associative, used
+// in a fixed order so results are reproducible) and the final value (finish). Usable in kernels.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "functors.hpp"
+
+namespace tessel::ops {
+
+// The type sums and products of T accumulate in: float for float and the reduced floating types,
+// double for double, int64 for integers and bool.
+template <class T>
+using reduce_acc_t = std::conditional_t<std::is_same_v<T, double>, double, std::conditional_t<is_float_type<T>, float, std::int64_t>>;
+
+template <class T>
+__host__ __device__ constexpr compute_t<T> lowest_value() {
+    using C = compute_t<T>;
+    if constexpr (std::is_floating_point_v<C>) return -std::numeric_limits<C>::infinity();
+    else return std::numeric_limits<C>::lowest();
+}
+template <class T>
+__host__ __device__ constexpr compute_t<T> highest_value() {
+    using C = compute_t<T>;
+    if constexpr (std::is_floating_point_v<C>) return std::numeric_limits<C>::infinity();
+    else return std::numeric_limits<C>::max();
+}
+
+// Sum (integers and bool give int64; floating types keep their type).
+template <class T>
+struct SumReducer {
+    using acc_t = reduce_acc_t<T>;
+    using out_t = std::conditional_t<is_float_type<T>, T, std::int64_t>;
+    __host__ __device__ acc_t identity() const { return acc_t(0); }
+    __host__ __device__ acc_t load(T x, std::int64_t) const { return cast<acc_t>(x); }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const { return a + b; }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return cast<out_t>(a); }
+};
+// Mean: the sum divided by the count (integers and bool give float32).
+template <class T>
+struct MeanReducer : SumReducer<T> {
+    using out_t = float_result_t<T>;
+    __host__ __device__ out_t finish(reduce_acc_t<T> a, std::int64_t n) const {
+        using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        return cast<out_t>(F(a) / F(n));
+    }
+};
+template <class T>
+struct ProdReducer {
+    using acc_t = reduce_acc_t<T>;
+    using out_t = std::conditional_t<is_float_type<T>, T, std::int64_t>;
+    __host__ __device__ acc_t identity() const { return acc_t(1); }
+    __host__ __device__ acc_t load(T x, std::int64_t) const { return cast<acc_t>(x); }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const {
+        if constexpr (std::is_integral_v<acc_t>) return acc_t(std::uint64_t(a) * std::uint64_t(b));  // wraps, as on a GPU
+        else return a * b;
+    }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return cast<out_t>(a); }
+};
+// Maximum and minimum; NaN wins (as PyTorch's max/min).
+template <class T, bool Max>
+struct ExtremumReducer {
+    using acc_t = compute_t<T>;
+    using out_t = T;
+    __host__ __device__ acc_t identity() const { return Max ? lowest_value<T>() : highest_value<T>(); }
+    __host__ __device__ acc_t load(T x, std::int64_t) const { return cast<acc_t>(x); }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const { return Max ? Maximum{}(a, b) : Minimum{}(a, b); }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return cast<out_t>(a); }
+};
+// The value and position of an extremum; ties (and NaNs) go to the lowest index.
+template <class C>
+struct ValueIndex {
+    C value;
+    std::int64_t index;
+};
+template <class T, bool Max>
+struct ArgExtremumReducer {
+    using acc_t = ValueIndex<compute_t<T>>;
+    using out_t = std::int64_t;
+    __host__ __device__ acc_t identity() const {
+        return {Max ? lowest_value<T>() : highest_value<T>(), std::numeric_limits<std::int64_t>::max()};
+    }
+    __host__ __device__ acc_t load(T x, std::int64_t k) const { return {cast<compute_t<T>>(x), k}; }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const {
+        const bool an = is_nan(a.value), bn = is_nan(b.value);
+        if (an || bn) return an && (!bn || a.index < b.index) ? a : b;
+        const bool b_better = Max ? b.value > a.value : b.value < a.value;
+        if (b_better || (b.value == a.value && b.index < a.index)) return b;
+        return a;
+    }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return a.index; }
+};
+// all / any over values taken as bool.
+template <class T, bool All>
+struct LogicalReducer {
+    using acc_t = std::int32_t;
+    using out_t = bool;
+    __host__ __device__ acc_t identity() const { return All ? 1 : 0; }
+    __host__ __device__ acc_t load(T x, std::int64_t) const { return cast<bool>(x) ? 1 : 0; }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const { return All ? (a & b) : (a | b); }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return a != 0; }
+};
+// Vector norms: L1 (sum |x|), L2 (sqrt of sum x^2), inf (max |x|).
+enum class NormOrder { l1, l2, inf };
+template <class T, NormOrder P>
+struct NormReducer {
+    using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using out_t = float_result_t<T>;
+    __host__ __device__ acc_t identity() const { return acc_t(0); }
+    __host__ __device__ acc_t load(T x, std::int64_t) const {
+        const acc_t v = cast<acc_t>(x);
+        return P == NormOrder::l2 ? v * v : Abs{}(v);
+    }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const { return P == NormOrder::inf ? Maximum{}(a, b) : a + b; }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return cast<out_t>(P == NormOrder::l2 ? math::sqrt(a) : a); }
+};
+// Count, mean and sum of squared deviations (Welford), merged with Chan et al.'s pairwise formula.
+template <class C>
+struct Moments {
+    C mean;
+    C m2;
+    std::int64_t count;
+};
+template <class T, bool Std>
+struct VarianceReducer {
+    using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using acc_t = Moments<F>;
+    using out_t = float_result_t<T>;
+    std::int64_t correction = 1;  // 1: unbiased (divide by n - 1); 0: population
+    __host__ __device__ acc_t identity() const { return {F(0), F(0), 0}; }
+    __host__ __device__ acc_t load(T x, std::int64_t) const { return {cast<F>(x), F(0), 1}; }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const {
+        if (a.count == 0) return b;
+        if (b.count == 0) return a;
+        const std::int64_t n = a.count + b.count;
+        const F delta = b.mean - a.mean, wb = F(b.count) / F(n);
+        return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
+    }
+    __host__ __device__ out_t finish(acc_t a, std::int64_t) const {
+        const F denom = F(a.count - correction);
+        const F var = denom > F(0) ? a.m2 / denom : std::numeric_limits<F>::quiet_NaN();
+        return cast<out_t>(Std ? math::sqrt(var) : var);
+    }
+};
+
+}  // namespace tessel::ops

@@ -1,0 +1,118 @@
+// Reductions: out[o] = finish(combine over k of load(in[outer(o) + inner(k)])), for every output o.
+// A group of Threads (32: a warp, or 256: the block) reduces one (output, split) work item: each
+// thread accumulates a fixed strided subset of the split's range, then the group combines through
+// warp shuffles (and shared memory across warps). With one split the group writes the final value;
+// with several, each split writes its partial accumulator and reduce_partials finishes them. Every
+// order is fixed by (Threads, splits, K), never by timing: results are bitwise reproducible, and no
+// atomics are used.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include <tessel/core/kernel.hpp>
+#include <tessel/ops/expression.hpp>
+
+namespace tessel::kernels {
+
+// Where a reduction's elements are: output o's elements start at outer(o), element k of it is
+// inner(k) further. Both are flat indices turned into coordinates over (coalesced) dims.
+template <class I>
+struct ReduceIndexer {
+    int outer_rank;
+    int inner_rank;
+    I outer_shape[max_rank];
+    std::int64_t outer_stride[max_rank];
+    I inner_shape[max_rank];
+    std::int64_t inner_stride[max_rank];
+
+    __host__ __device__ std::int64_t outer(I o) const { return offset(o, outer_rank, outer_shape, outer_stride); }
+    __host__ __device__ std::int64_t inner(I k) const {
+        return inner_rank == 1 ? std::int64_t(k) * inner_stride[0] : offset(k, inner_rank, inner_shape, inner_stride);
+    }
+
+private:
+    __host__ __device__ static std::int64_t offset(I i, int rank, const I* shape, const std::int64_t* stride) {
+        std::int64_t at = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+            at += std::int64_t(i % shape[d]) * stride[d];
+            i /= shape[d];
+        }
+        return at;
+    }
+};
+
+// Shuffles any trivially copyable value down `delta` lanes within groups of `width`, 32 bits at a time.
+template <class A>
+__device__ A shuffle_down(const A& a, unsigned delta, int width) {
+    constexpr int words = int((sizeof(A) + 3) / 4);
+    unsigned w[words] = {};
+    std::memcpy(w, &a, sizeof(A));
+    for (int i = 0; i < words; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], delta, width);
+    A r;
+    std::memcpy(&r, w, sizeof(A));
+    return r;
+}
+
+// Combines the values of `width` consecutive lanes into the first of them (a fixed tree).
+template <class Op, class A>
+__device__ A warp_combine(const Op& op, A acc, int width) {
+    for (int d = width / 2; d >= 1; d /= 2) acc = op.combine(acc, shuffle_down(acc, unsigned(d), width));
+    return acc;
+}
+
+// Threads: 32 or 256 threads per work item (blockDim.x must be 256). V: elements per vector load
+// (1, or 16 bytes' worth when the host found every row contiguous, aligned and a multiple of V long).
+template <int Threads, int V, class Op, class T, class I>
+__global__ void reduce(const T* __restrict__ in, ReduceIndexer<I> ix, Op op, I outputs, I K, I splits, I chunk,
+                       typename Op::acc_t* __restrict__ partial, typename Op::out_t* __restrict__ out) {
+    static_assert(Threads == 32 || Threads == 256, "a reduction group is a warp or the whole block");
+    using A = typename Op::acc_t;
+    constexpr int groups = 256 / Threads;
+    __shared__ A across_warps[8];
+    const int group = int(threadIdx.x) / Threads, lane = int(threadIdx.x) % Threads;
+    const I items = outputs * splits;
+    // The loop bound is the same for every thread of a group, so shuffles and barriers stay uniform.
+    for (I base = I(blockIdx.x) * groups; base < items; base += I(gridDim.x) * groups) {
+        const I item = base + I(group);
+        A acc = op.identity();
+        if (item < items) {
+            const I o = item / splits, s = item % splits;
+            const I begin = s * chunk, end = begin + chunk < K ? begin + chunk : K;
+            const T* row = in + ix.outer(o);
+            if constexpr (V > 1) {
+                for (I k = begin + I(lane) * V; k < end; k += I(Threads) * V) {
+                    const auto p = *reinterpret_cast<const ops::Packed<T, V>*>(row + k);
+                    for (int j = 0; j < V; ++j) acc = op.combine(acc, op.load(p.v[j], std::int64_t(k) + j));
+                }
+            } else {
+                for (I k = begin + I(lane); k < end; k += I(Threads)) acc = op.combine(acc, op.load(row[ix.inner(k)], std::int64_t(k)));
+            }
+        }
+        acc = warp_combine(op, acc, 32);
+        if constexpr (Threads == 256) {
+            if (lane % 32 == 0) across_warps[lane / 32] = acc;
+            __syncthreads();
+            acc = lane < 8 ? across_warps[lane] : op.identity();
+            if (lane < 32) acc = warp_combine(op, acc, 8);
+            __syncthreads();  // across_warps is reused by the next item
+        }
+        if (lane == 0 && item < items) {
+            if (splits == 1) out[item] = op.finish(acc, std::int64_t(K));
+            else partial[item] = acc;
+        }
+    }
+}
+
+// Finishes split reductions: output o combines its `splits` partials in order.
+template <class Op, class I>
+__global__ void reduce_partials(const typename Op::acc_t* __restrict__ partial, Op op, I outputs, I splits, I K,
+                                typename Op::out_t* __restrict__ out) {
+    for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += I(gridDim.x) * blockDim.x) {
+        typename Op::acc_t acc = op.identity();
+        for (I s = 0; s < splits; ++s) acc = op.combine(acc, partial[o * splits + s]);
+        out[o] = op.finish(acc, std::int64_t(K));
+    }
+}
+
+}  // namespace tessel::kernels

@@ -1,0 +1,265 @@
+// Reductions against double-precision host loops: every operation, full and per-axis, keepdim,
+// strided input views, odd sizes (1, 2, 31, 33, 1000003) that exercise the warp, block, vector and
+// split paths, empty dims, error messages, bitwise reproducibility. The block each output will take
+// from the cache is poisoned (0xFF) just before each reduction, so an unwritten element fails.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include <tessel/ops/reduce.hpp>
+
+#include "../reference/elementwise.hpp"
+#include "../support/device_array.hpp"
+
+using namespace tessel;
+using reference::at;
+using reference::for_each_index;
+
+namespace {
+
+template <class T>
+struct Input {
+    Tensor<T> dev, host;
+};
+
+template <class T>
+Input<T> random_input(const Shape& s, std::uint64_t seed, double lo = -1, double hi = 1) {
+    const auto n = std::size_t(Layout::contiguous(s).numel());
+    const auto r = testing::random_vector<double>(n, seed, lo, hi);
+    detail::HostArray<T> v(n);
+    for (std::size_t i = 0; i < n; ++i) v.data()[i] = ops::cast<T>(std::is_integral_v<T> && !std::is_same_v<T, bool> ? std::floor(r[i]) : r[i]);
+    return {from_host<T>(v.span(), s), from_host<T>(v.span(), s, {.space = MemorySpace::host})};
+}
+
+// Leaves a freed 0xFF block of exactly the output's size at the front of the cache.
+template <class Out>
+void poison_next(const Shape& out_shape) {
+    auto p = empty<Out>(out_shape);
+    rt::memset_async(p.data(), 0xFF, std::size_t(p.numel()) * sizeof(Out), current_stream().handle());
+}
+
+// The reduced shape and, per output index, the input indices it covers in row-major order.
+struct Plan {
+    Shape out_shape;
+    std::vector<bool> reduced;
+};
+Plan plan_for(const Shape& in, std::vector<int> axes, bool keepdim) {
+    Plan p;
+    p.reduced.assign(std::size_t(in.size()), axes.empty());
+    for (int a : axes) p.reduced[std::size_t(a < 0 ? a + in.size() : a)] = true;
+    for (int d = 0; d < in.size(); ++d)
+        if (!p.reduced[std::size_t(d)]) p.out_shape.push_back(in[d]);
+        else if (keepdim) p.out_shape.push_back(1);
+    return p;
+}
+
+// Calls f(out_flat_index, values in reduction order) for every output.
+template <class T, class F>
+void for_each_output(const Tensor<T>& h, const Plan& p, F&& f) {
+    Shape kept, red;
+    for (int d = 0; d < h.dim(); ++d) (p.reduced[std::size_t(d)] ? red : kept).push_back(h.shape()[d]);
+    std::int64_t o = 0;
+    for_each_index(kept, [&](const std::vector<std::int64_t>& ki) {
+        std::vector<double> vals;
+        for_each_index(red, [&](const std::vector<std::int64_t>& ri) {
+            std::vector<std::int64_t> idx(std::size_t(h.dim()));
+            std::size_t a = 0, b = 0;
+            for (int d = 0; d < h.dim(); ++d) idx[std::size_t(d)] = p.reduced[std::size_t(d)] ? ri[b++] : ki[a++];
+            vals.push_back(convert<double>(at(h, idx)));
+        });
+        f(o++, vals);
+    });
+}
+
+template <class Out>
+std::vector<double> values_of(const Tensor<Out>& t) {
+    std::vector<double> v;
+    const Tensor<Out> h = t.to_host();
+    for (std::int64_t i = 0; i < h.numel(); ++i) v.push_back(convert<double>(h.data()[i]));
+    return v;
+}
+
+// Runs `run` (a reduction) on x over `axes` and compares with ref(values) within tol(values).
+template <class T, class Run, class Ref, class Tol>
+void check_reduction(const std::string& what, const Input<T>& x, std::vector<int> axes, bool keepdim, Run&& run, Ref&& ref,
+                     Tol&& tol) {
+    const Plan p = plan_for(x.dev.shape(), axes, keepdim);
+    using Out = typename decltype(run(x.dev, Axes(axes), keepdim))::value_type;
+    poison_next<Out>(p.out_shape);
+    const auto got_t = run(x.dev, Axes(axes), keepdim);
+    REQUIRE(got_t.shape() == p.out_shape);
+    const auto got = values_of(got_t);
+    std::size_t bad = 0;
+    std::ostringstream os;
+    for_each_output(x.host, p, [&](std::int64_t o, const std::vector<double>& vals) {
+        const double want = ref(vals), have = got[std::size_t(o)];
+        const bool ok = (std::isnan(want) && std::isnan(have)) || std::fabs(have - want) <= tol(vals) || have == want;
+        if (!ok && bad++ < 5) os << "\n  output " << o << ": expected " << want << ", got " << have << " (tolerance " << tol(vals) << ")";
+    });
+    INFO(what << " over " << x.dev.shape().to_string() << " axes " << axes.size() << (keepdim ? " keepdim" : "") << ": " << bad
+              << " wrong" << os.str());
+    CHECK(bad == 0);
+}
+
+// The references accumulate in long double: a double loop over 10^6 terms would itself be off by
+// ~sqrt(n) eps |sum|, more than the double tolerance.
+double sum_of(const std::vector<double>& v) {
+    long double s = 0;
+    for (double x : v) s += x;
+    return double(s);
+}
+double abs_sum(const std::vector<double>& v) {
+    long double s = 0;
+    for (double x : v) s += std::fabs(x);
+    return double(s);
+}
+double variance(const std::vector<double>& v, int correction) {
+    long double m = 0;
+    for (double x : v) m += x;
+    m /= (long double)v.size();
+    long double s = 0;
+    for (double x : v) s += (x - m) * (x - m);
+    return v.size() > std::size_t(correction) ? double(s / (long double)(v.size() - std::size_t(correction))) : NAN;
+}
+
+struct Case {
+    Shape shape;
+    std::vector<int> axes;
+    bool keepdim;
+};
+// Full reductions of odd lengths (warp, block, split and vector paths), rows (warp and block, with
+// and without vector loads), columns, several axes, keepdim.
+const std::vector<Case> cases = {
+    {{1}, {}, false},          {{2}, {}, false},         {{31}, {}, false},         {{33}, {}, false},
+    {{1000003}, {}, false},    {{1000004}, {}, false},   {{33, 1031}, {1}, false},  {{33, 1032}, {1}, false},
+    {{300, 40}, {-1}, false},  {{33, 1031}, {0}, false}, {{5, 31, 33}, {0, 2}, true}, {{5, 31, 33}, {1}, false},
+    {{3, 4, 5, 6}, {0, 1, 2, 3}, true},
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][reduce]", float, double, __nv_bfloat16) {
+    using T = TestType;
+    // Accumulation in float (double for double): the error of n additions is at most about
+    // n_eff * eps * sum|x|, n_eff ~ 100 for these trees; a bf16 result adds one rounding (2^-8).
+    const double eps = std::is_same_v<T, double> ? 1e-16 : 6e-8;
+    const double out_rel = std::is_same_v<T, __nv_bfloat16> ? 1.0 / 256 : 0;
+    for (const Case& c : cases) {
+        auto x = random_input<T>(c.shape, std::uint64_t(c.shape.size() * 1000 + c.shape[0]));
+        auto tol = [&](double mag) { return 200 * eps * mag + out_rel * mag + 1e-30; };
+        check_reduction("sum", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of,
+                        [&](const auto& v) { return tol(abs_sum(v)); });
+        check_reduction("mean", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return mean(t, a, k); },
+                        [](const auto& v) { return sum_of(v) / double(v.size()); },
+                        [&](const auto& v) { return tol(abs_sum(v) / double(v.size())); });
+        check_reduction("norm l1", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::l1, a, k); }, abs_sum,
+                        [&](const auto& v) { return tol(abs_sum(v)); });
+        check_reduction("norm l2", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::l2, a, k); },
+                        [](const auto& v) {
+                            long double s = 0;
+                            for (double y : v) s += (long double)y * y;
+                            return double(std::sqrt(s));
+                        },
+                        [&](const auto& v) { return tol(std::sqrt(abs_sum(v) * abs_sum(v))); });
+        check_reduction("norm inf", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::inf, a, k); },
+                        [](const auto& v) {
+                            double m = 0;
+                            for (double y : v) m = std::max(m, std::fabs(y));
+                            return m;
+                        },
+                        [](const auto&) { return 0.0; });
+        check_reduction("var", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return var(t, a, 1, k); },
+                        [](const auto& v) { return variance(v, 1); }, [&](const auto& v) { return tol(variance(v, 0) * 20) + 1e-12; });
+        check_reduction("stddev (population)", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return stddev(t, a, 0, k); },
+                        [](const auto& v) { return std::sqrt(variance(v, 0)); },
+                        [&](const auto& v) { return tol(std::sqrt(variance(v, 0)) * 20) + 1e-12; });
+    }
+}
+
+TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[ops][reduce]", float, __nv_bfloat16, std::int32_t) {
+    using T = TestType;
+    for (const Case& c : cases) {
+        auto x = random_input<T>(c.shape, std::uint64_t(c.shape[0] * 7 + c.axes.size()), -100, 100);
+        auto exact = [](const auto&) { return 0.0; };
+        check_reduction("amax", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return amax(t, a, k); },
+                        [](const auto& v) { return *std::max_element(v.begin(), v.end()); }, exact);
+        check_reduction("amin", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return amin(t, a, k); },
+                        [](const auto& v) { return *std::min_element(v.begin(), v.end()); }, exact);
+        check_reduction("argmax (first of ties)", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); },
+                        [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); }, exact);
+        check_reduction("argmin (first of ties)", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return argmin(t, a, k); },
+                        [](const auto& v) { return double(std::min_element(v.begin(), v.end()) - v.begin()); }, exact);
+        check_reduction("any", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return any(t, a, k); },
+                        [](const auto& v) { return double(std::any_of(v.begin(), v.end(), [](double y) { return y != 0; })); }, exact);
+        check_reduction("all", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return all(t, a, k); },
+                        [](const auto& v) { return double(std::all_of(v.begin(), v.end(), [](double y) { return y != 0; })); }, exact);
+    }
+    // Products of values near 1 stay finite for a few thousand elements.
+    auto y = random_input<T>({7, 33}, 5, std::is_integral_v<T> ? -1 : 0.9, std::is_integral_v<T> ? 3 : 1.1);
+    check_reduction("prod", y, {1}, false, [](const auto& t, const Axes& a, bool k) { return prod(t, a, k); },
+                    [](const auto& v) {
+                        double p = 1;
+                        for (double e : v) p *= e;
+                        return p;
+                    },
+                    [](const auto& v) {
+                        double p = 1;
+                        for (double e : v) p *= std::fabs(e);
+                        return (std::is_same_v<T, __nv_bfloat16> ? 1.0 / 128 : std::is_integral_v<T> ? 0 : 1e-5) * p;
+                    });
+}
+
+TEST_CASE("integer and bool sums widen to int64; Welford var survives a large mean", "[ops][reduce]") {
+    auto big = full<std::int32_t>({100003}, 2'000'000'000);
+    const auto s = sum(big);
+    STATIC_REQUIRE(std::is_same_v<decltype(s)::value_type, std::int64_t>);
+    CHECK(s.item() == std::int64_t(100003) * 2'000'000'000);
+    auto b = random_input<bool>({1031}, 9);
+    std::int64_t trues = 0;
+    for (std::int64_t i = 0; i < 1031; ++i) trues += b.host.data()[i];
+    CHECK(sum(b.dev).item() == trues);
+
+    // Values 1e4 + U(-1, 1) in float: a one-pass sum of squares would lose all digits of the variance.
+    auto x = random_input<float>({1000003}, 10);
+    auto shifted = evaluate(x.dev + 1e4f);
+    const double got = var(shifted).item();
+    std::vector<double> hv;
+    for (std::int64_t i = 0; i < 1000003; ++i) hv.push_back(double(float(x.host.data()[i] + 1e4f)));
+    const double want = variance(hv, 1);
+    CHECK(std::fabs(got - want) <= 1e-3 * want);
+}
+
+TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[ops][reduce]") {
+    auto e = empty<float>({4, 0});
+    CHECK(sum(e, {1}).to_vector() == std::vector<float>(4, 0.f));
+    for (float m : mean(e, {1}).to_vector()) CHECK(std::isnan(m));
+    CHECK(prod(e, {1}).to_vector() == std::vector<float>(4, 1.f));
+    CHECK_THROWS_WITH(amax(e, {1}), Catch::Contains("amax") && Catch::Contains("empty"));
+    CHECK(sum(e, {0}).numel() == 0);
+    auto x = random_input<float>({31, 33}, 11);
+    CHECK_THROWS_WITH(sum(x.dev, {2}), Catch::Contains("axis 2 out of range") && Catch::Contains("[31, 33]"));
+    CHECK_THROWS_WITH(sum(x.dev, {1, -1}), Catch::Contains("given twice"));
+    CHECK_THROWS_WITH(sum(x.host), Catch::Contains("host memory"));
+
+    // A transposed and a sliced view.
+    Input<float> t{x.dev.transpose(0, 1), x.host.transpose(0, 1)};
+    check_reduction("sum of a transposed view", t, {1}, false, [](const auto& v, const Axes& a, bool k) { return sum(v, a, k); },
+                    sum_of, [](const auto& v) { return 1e-5 * abs_sum(v); });
+    Input<float> s{x.dev.slice(1, 1, 33, 3), x.host.slice(1, 1, 33, 3)};
+    check_reduction("argmax of a sliced view", s, {0}, true, [](const auto& v, const Axes& a, bool k) { return argmax(v, a, k); },
+                    [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); },
+                    [](const auto&) { return 0.0; });
+
+    // Same input, same bits, every time (no atomics; the order depends on the shape only).
+    auto y = random_input<float>({1000003}, 12);
+    const float first = sum(y.dev).item();
+    const float again = sum(y.dev).item();
+    CHECK(std::memcmp(&first, &again, sizeof(float)) == 0);
+}
