@@ -1,0 +1,125 @@
+// Reductions: the full fp32 sum of 2^28 elements (1 GiB) against CUB's DeviceReduce::Sum, and row
+// sums of a 16384 x 16384 fp32 matrix against CUB's DeviceSegmentedReduce::Sum, as GB/s and % of
+// the device copy bandwidth (bytes read only: a reduction writes almost nothing). The sim runs 2^20
+// elements and 256 x 4096, a smoke test whose times are CPU times.
+#include <benchmark/benchmark.h>
+
+#include "harness.hpp"
+
+#include <tessel/ops/reduce.hpp>
+
+#if defined(TESSEL_BACKEND_CUDA)
+#include <cub/device/device_reduce.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
+#endif
+
+#include <cmath>
+#include <random>
+
+namespace {
+
+using tessel::Tensor;
+
+bool sim() { return tessel::backend == tessel::Backend::sim; }
+
+Tensor<float> random_tensor(const tessel::Shape& shape, std::uint64_t seed) {
+    const auto n = static_cast<std::size_t>(tessel::Layout::contiguous(shape).numel());
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return tessel::from_host<float>(std::span<const float>(v), shape);
+}
+
+// impl 0: tessel::sum, 1: CUB DeviceReduce::Sum (CUDA build only).
+void BM_sum(benchmark::State& state, int impl) {
+    const std::int64_t n = sim() ? (std::int64_t(1) << 20) : (std::int64_t(1) << 28);
+    auto x = random_tensor({n}, 1);
+    auto out = tessel::empty<float>({});
+    tessel::Stream s = tessel::current_stream();
+    [[maybe_unused]] void* temp = nullptr;
+    [[maybe_unused]] std::size_t temp_bytes = 0;
+#if defined(TESSEL_BACKEND_CUDA)
+    TESSEL_CUDA_CHECK(cub::DeviceReduce::Sum(nullptr, temp_bytes, x.data(), out.data(), n, s.handle()));
+    temp = tessel::memory::allocate(temp_bytes, s.handle());
+#endif
+    auto body = [&] {
+        if (impl == 0) {
+            out = tessel::sum(x, {}, false, s.handle());
+        } else {
+#if defined(TESSEL_BACKEND_CUDA)
+            TESSEL_CUDA_CHECK(cub::DeviceReduce::Sum(temp, temp_bytes, x.data(), out.data(), n, s.handle()));
+#endif
+        }
+    };
+    tessel::bench::time_region(state, s, body);
+    tessel::bench::report_bytes(state, 4.0 * double(n));
+    const auto v = x.to_vector();
+    long double want = 0, mag = 0;
+    for (float e : v) {
+        want += e;
+        mag += std::fabs(e);
+    }
+    tessel::bench::report_error(state, std::fabs(double(out.item()) - double(want)) / double(mag), 1e-6);
+    state.SetLabel(std::string(impl == 0 ? "tessel" : "CUB DeviceReduce::Sum") + ", " + std::to_string(n) + " floats");
+    if (temp) tessel::memory::deallocate(temp);
+}
+
+// Row sums: impl 0: tessel::sum over axis 1, 1: CUB DeviceSegmentedReduce::Sum.
+void BM_row_sum(benchmark::State& state, int impl) {
+    const std::int64_t rows = sim() ? 256 : 16384, cols = sim() ? 4096 : 16384;
+    auto x = random_tensor({rows, cols}, 2);
+    auto out = tessel::empty<float>({rows});
+    tessel::Stream s = tessel::current_stream();
+    [[maybe_unused]] void* temp = nullptr;
+    [[maybe_unused]] std::size_t temp_bytes = 0;
+    [[maybe_unused]] Tensor<std::int32_t> offsets;
+#if defined(TESSEL_BACKEND_CUDA)
+    std::vector<std::int32_t> off(static_cast<std::size_t>(rows + 1));
+    for (std::size_t i = 0; i < off.size(); ++i) off[i] = std::int32_t(i * std::size_t(cols));
+    offsets = tessel::from_host<std::int32_t>(std::span<const std::int32_t>(off), {rows + 1});
+    TESSEL_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(nullptr, temp_bytes, x.data(), out.data(), int(rows), offsets.data(),
+                                                      offsets.data() + 1, s.handle()));
+    temp = tessel::memory::allocate(temp_bytes, s.handle());
+#endif
+    auto body = [&] {
+        if (impl == 0) {
+            out = tessel::sum(x, {1}, false, s.handle());
+        } else {
+#if defined(TESSEL_BACKEND_CUDA)
+            TESSEL_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(temp, temp_bytes, x.data(), out.data(), int(rows), offsets.data(),
+                                                              offsets.data() + 1, s.handle()));
+#endif
+        }
+    };
+    tessel::bench::time_region(state, s, body);
+    tessel::bench::report_bytes(state, 4.0 * double(rows * cols));
+    const auto v = x.to_vector();
+    const auto got = out.to_vector();
+    double worst = 0;
+    for (std::int64_t r = 0; r < rows; r += std::max<std::int64_t>(1, rows / 64)) {
+        long double want = 0, mag = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+            want += v[std::size_t(r * cols + c)];
+            mag += std::fabs(v[std::size_t(r * cols + c)]);
+        }
+        worst = std::max(worst, double(std::fabs(got[std::size_t(r)] - want) / mag));
+    }
+    tessel::bench::report_error(state, worst, 1e-6);
+    state.SetLabel(std::string(impl == 0 ? "tessel" : "CUB DeviceSegmentedReduce::Sum") + ", " + std::to_string(rows) + " x " +
+                   std::to_string(cols) + " floats");
+    if (temp) tessel::memory::deallocate(temp);
+}
+
+// Registered by name: the implementation is the second component, so the report pairs tessel with CUB.
+const bool registered = [] {
+    benchmark::RegisterBenchmark("BM_sum/tessel/f32", BM_sum, 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_row_sum/tessel/f32", BM_row_sum, 0)->UseManualTime();
+#if defined(TESSEL_BACKEND_CUDA)
+    benchmark::RegisterBenchmark("BM_sum/cub/f32", BM_sum, 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_row_sum/cub/f32", BM_row_sum, 1)->UseManualTime();
+#endif
+    return true;
+}();
+
+}  // namespace
