@@ -12,6 +12,7 @@
 #if defined(TESSEL_BACKEND_SIM) || defined(__CUDACC__)
 #include "runtime/launch.hpp"
 #include "ops/assign.hpp"  // element-wise expressions: (c = a * b + 1).run(stream)
+#include "ops/reduce.hpp"  // sum, mean, amax, argmax, var, norm, ... over any axes
 #endif
 
 namespace tessel {

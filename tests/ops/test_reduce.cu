@@ -114,6 +114,11 @@ double abs_sum(const std::vector<double>& v) {
     for (double x : v) s += std::fabs(x);
     return double(s);
 }
+double l2_of(const std::vector<double>& v) {
+    long double s = 0;
+    for (double y : v) s += (long double)y * y;
+    return double(std::sqrt(s));
+}
 double variance(const std::vector<double>& v, int correction) {
     long double m = 0;
     for (double x : v) m += x;
@@ -158,11 +163,7 @@ TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][re
                         [&](const auto& v) { return tol(abs_sum(v)); });
         check_reduction("norm l2", x, c.axes, c.keepdim,
                         [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::l2, a, k); },
-                        [](const auto& v) {
-                            long double s = 0;
-                            for (double y : v) s += (long double)y * y;
-                            return double(std::sqrt(s));
-                        },
+                        l2_of,
                         [&](const auto& v) { return tol(std::sqrt(abs_sum(v) * abs_sum(v))); });
         check_reduction("norm inf", x, c.axes, c.keepdim,
                         [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::inf, a, k); },
