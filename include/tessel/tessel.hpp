@@ -13,6 +13,7 @@
 #include "runtime/launch.hpp"
 #include "ops/assign.hpp"  // element-wise expressions: (c = a * b + 1).run(stream)
 #include "ops/reduce.hpp"  // sum, mean, amax, argmax, var, norm, ... over any axes
+#include "ops/copy.hpp"    // contiguous() of strided device views by kernel (tiled transpose)
 #endif
 
 namespace tessel {

@@ -3,6 +3,7 @@
 // copies the data. Views never copy; reshape() copies only when a view is impossible.
 #pragma once
 
+#include <atomic>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -276,9 +277,6 @@ Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device devic
 // ---- copies -------------------------------------------------------------------------------------
 
 namespace detail {
-// Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst_space`.
-// Contiguous sources are one copy; others are gathered on the host from a copy of the memory their
-// layout spans (device-side gather kernels replace this path with the copy kernels).
 // Declares that work queued on `stream` (of `device`) uses `s`, so its memory is not reused before
 // that work ends. Returns false for memory tessel's caches do not own (their owner must wait).
 inline bool record_use(const Storage& s, rt::stream_t stream, Device device) {
@@ -293,6 +291,17 @@ inline bool record_use(const Storage& s, rt::stream_t stream, Device device) {
     return s.space() == MemorySpace::host;  // pageable copies return only once done
 }
 
+// A kernel that gathers a strided device view into contiguous device memory (first element, layout,
+// destination, element size, stream, device). Set when any translation unit of the program includes
+// tessel/ops/copy.hpp (as tessel.hpp does in CUDA and sim builds); otherwise strided copies of device
+// memory go through the host.
+using DeviceGatherFn = void (*)(const void*, const Layout&, void*, std::size_t, rt::stream_t, Device);
+inline std::atomic<DeviceGatherFn> device_gather{nullptr};
+
+// Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst`.
+// Contiguous sources are one copy; strided device views on the stream's device are gathered by the
+// device_gather kernel when it is registered; others are gathered on the host from a copy of the
+// memory their layout spans.
 template <Element T>
 void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
                         bool non_blocking) {
@@ -310,6 +319,14 @@ void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, r
         const bool may_return_early = non_blocking && record_use(*src.storage(), stream, stream_device) &&
                                       record_use(dst, stream, stream_device);
         rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
+        if (!may_return_early) rt::stream_synchronize(stream);
+        return;
+    }
+    if (const DeviceGatherFn gather = device_gather.load(); gather && !src_host && !dst_host && src.device() == stream_device &&
+                                                           dst.device() == stream_device) {
+        const bool may_return_early = non_blocking && record_use(*src.storage(), stream, stream_device) &&
+                                      record_use(dst, stream, stream_device);
+        gather(src.data(), src.layout(), dst_data, sizeof(T), stream, stream_device);
         if (!may_return_early) rt::stream_synchronize(stream);
         return;
     }

@@ -1,0 +1,104 @@
+// Strided device views into contiguous device memory on the device: Tensor::contiguous(), clone()
+// and to() of any permuted, sliced or broadcast view of device or managed memory run one kernel
+// (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host. Including this
+// header in any CUDA (or sim) translation unit of a program switches those Tensor paths over, also
+// for host-compiled callers; without it they stay correct through the host.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include <tessel/kernels/permute.cuh>
+
+#include "../runtime/launch.hpp"
+#include "../tensor/tensor.hpp"
+#include "assign.hpp"
+
+namespace tessel::ops {
+
+// Copies the elements of the view `layout` (offset ignored; `first` is its first element) in row-major
+// order into contiguous `dst`, queued on `stream` of `device`.
+inline void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
+                                 Device device) {
+    const std::int64_t n = layout.numel();
+    if (n == 0) return;
+    // Merge neighbours the input walks as one, dropping size-1 dims; the output is contiguous.
+    Shape shape, in;
+    for (int d = 0; d < layout.rank(); ++d) {
+        if (layout.shape[d] == 1) continue;
+        const int last = shape.size() - 1;
+        if (last >= 0 && in[last] == layout.strides[d] * layout.shape[d]) {
+            shape[last] *= layout.shape[d];
+            in[last] = layout.strides[d];
+        } else {
+            shape.push_back(layout.shape[d]);
+            in.push_back(layout.strides[d]);
+        }
+    }
+    if (shape.empty()) {
+        shape.push_back(1);
+        in.push_back(1);
+    }
+    const int r = shape.size();
+    Shape out = shape;
+    out[r - 1] = 1;
+    for (int d = r - 2; d >= 0; --d) out[d] = out[d + 1] * shape[d + 1];
+    const int j = r - 1;
+    int i = -1;
+    for (int d = 0; d < j; ++d)
+        if (in[d] == 1) i = d;
+
+    DeviceGuard guard(device);
+    const int sms = detail::multiprocessors(device);
+    const auto extent = layout.extent();
+    const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest < std::numeric_limits<std::int32_t>::max();
+    auto run = [&]<class E, class I>(E, I) {
+        const E* src = static_cast<const E*>(first);
+        E* to = static_cast<E*>(dst);
+        if (r == 1 && in[0] == 1) {
+            rt::memcpy_async(dst, first, std::size_t(n) * element_size, stream);
+        } else if (in[j] == 1 || i < 0) {
+            kernels::GatherStrided<I> g{r, {}, {}};
+            for (int d = 0; d < r; ++d) {
+                g.shape[d] = I(shape[d]);
+                g.in_stride[d] = in[d];
+            }
+            const auto blocks = unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, std::int64_t(sms) * 32));
+            launch(kernels::gather_strided<E, I>, blocks, dim3(256), 0, stream, src, to, g, I(n));
+        } else {
+            kernels::PermuteTiles<I> p{I(shape[i]), I(shape[j]), in[j], out[i], 0, 1, {}, {}, {}};
+            for (int d = 0; d < r; ++d) {
+                if (d == i || d == j) continue;
+                p.batch_shape[p.batch_rank] = I(shape[d]);
+                p.batch_in[p.batch_rank] = in[d];
+                p.batch_out[p.batch_rank] = out[d];
+                p.batches = I(p.batches * I(shape[d]));
+                ++p.batch_rank;
+            }
+            constexpr int tile = 32, rows = 8;
+            const std::int64_t tiles = (shape[i] + tile - 1) / tile * ((shape[j] + tile - 1) / tile) * std::int64_t(p.batches);
+            const auto blocks = unsigned(std::clamp<std::int64_t>(tiles, 1, std::int64_t(sms) * 64));
+            launch(kernels::permute_tiles<E, tile, rows, I>, blocks, dim3(tile, rows), 0, stream, src, to, p);
+        }
+    };
+    auto by_index = [&]<class E>(E e) {
+        if (small) run(e, std::uint32_t{});
+        else run(e, std::uint64_t{});
+    };
+    switch (element_size) {
+        case 1: by_index(std::uint8_t{}); break;
+        case 2: by_index(std::uint16_t{}); break;
+        case 4: by_index(std::uint32_t{}); break;
+        case 8: by_index(std::uint64_t{}); break;
+        default: fail<Unsupported>("gather_to_contiguous: elements of ", element_size, " bytes");
+    }
+}
+
+// Routes Tensor's strided device copies here (see the top of this file).
+inline const bool device_gather_registered = [] {
+    tessel::detail::device_gather.store(&gather_to_contiguous);
+    return true;
+}();
+
+}  // namespace tessel::ops
