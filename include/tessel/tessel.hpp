@@ -14,6 +14,7 @@
 #include "ops/assign.hpp"  // element-wise expressions: (c = a * b + 1).run(stream)
 #include "ops/reduce.hpp"  // sum, mean, amax, argmax, var, norm, ... over any axes
 #include "ops/copy.hpp"    // contiguous() of strided device views by kernel (tiled transpose)
+#include "ops/rows.hpp"    // softmax, log_softmax, layer_norm, rms_norm
 #endif
 
 namespace tessel {

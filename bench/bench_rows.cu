@@ -1,0 +1,61 @@
+// softmax and rms_norm over rows of 1k, 4k, 32k and 262k fp32 values (256 MiB per tensor on a GPU,
+// 4 MiB on the sim), as GB/s (read + write) and % of the device copy bandwidth measured in the same
+// run. The sim's figures are CPU times of a smoke test.
+#include <benchmark/benchmark.h>
+
+#include "harness.hpp"
+
+#include <tessel/ops/rows.hpp>
+
+#include <cmath>
+#include <random>
+
+namespace {
+
+using tessel::Tensor;
+
+Tensor<float> random_rows(std::int64_t rows, std::int64_t cols) {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> d(-4.f, 4.f);
+    std::vector<float> v(static_cast<std::size_t>(rows * cols));
+    for (auto& x : v) x = d(rng);
+    return tessel::from_host<float>(std::span<const float>(v), {rows, cols});
+}
+
+// kind 0: softmax, 1: rms_norm; state.range(0) = row length.
+void BM_rows(benchmark::State& state, int kind) {
+    const std::int64_t cols = state.range(0);
+    const std::int64_t total = tessel::backend == tessel::Backend::sim ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
+    const std::int64_t rows = std::max<std::int64_t>(1, total / cols);
+    auto x = random_rows(rows, cols);
+    auto w = tessel::full<float>({cols}, 1.5f);
+    Tensor<float> y;
+    tessel::Stream s = tessel::current_stream();
+    tessel::bench::time_region(state, s, [&] {
+        y = kind == 0 ? tessel::softmax(x, -1, s.handle()) : tessel::rms_norm(x, w, 1e-6, s.handle());
+    });
+    tessel::bench::report_bytes(state, 8.0 * double(rows * cols));
+    // Check the first row against a double reference.
+    const auto xv = x.to_vector(), yv = y.to_vector();
+    double worst = 0, m = -1e300;
+    long double sum = 0, sq = 0;
+    for (std::int64_t k = 0; k < cols; ++k) m = std::max(m, double(xv[std::size_t(k)]));
+    for (std::int64_t k = 0; k < cols; ++k) sum += std::exp(double(xv[std::size_t(k)]) - m), sq += (long double)xv[std::size_t(k)] * xv[std::size_t(k)];
+    for (std::int64_t k = 0; k < cols; ++k) {
+        const double x0 = xv[std::size_t(k)];
+        const double want = kind == 0 ? std::exp(x0 - m) / double(sum) : 1.5 * x0 / std::sqrt(double(sq / cols) + 1e-6);
+        worst = std::max(worst, std::fabs(double(yv[std::size_t(k)]) - want) / std::max(std::fabs(want), 1e-30));
+    }
+    tessel::bench::report_error(state, worst, 1e-4);
+    state.SetLabel(std::to_string(rows) + " rows of " + std::to_string(cols));
+}
+
+const bool registered = [] {
+    for (std::int64_t cols : {1024, 4096, 32768, 262144}) {
+        benchmark::RegisterBenchmark("BM_softmax", BM_rows, 0)->Arg(cols)->UseManualTime();
+        benchmark::RegisterBenchmark("BM_rms_norm", BM_rows, 1)->Arg(cols)->UseManualTime();
+    }
+    return true;
+}();
+
+}  // namespace

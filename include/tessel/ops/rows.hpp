@@ -1,0 +1,183 @@
+// Row-wise normalisations over one axis: softmax and log_softmax (numerically stable: online max and
+// rescaled sum), layer_norm and rms_norm (optional weight and bias, statistics in float or double).
+// Each is one kernel over contiguous rows (kernels/tessel/kernels/rows.cuh); another axis is moved
+// last with the device transpose first.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <source_location>
+
+#include <tessel/kernels/rows.cuh>
+
+#include "copy.hpp"
+#include "reducers.hpp"
+
+namespace tessel::ops {
+
+// Running maximum and sum of exp(x - maximum) (Milakov and Gimelshein's online softmax).
+template <class C>
+struct MaxSum {
+    C max;
+    C sum;
+};
+template <class C, bool Log>
+struct SoftmaxRow {
+    using compute_t = C;
+    using stats_t = MaxSum<C>;
+    struct Prepared {
+        C max, scale;  // softmax: exp(x - max) * scale, scale = 1 / sum; log: x - max - scale, scale = log(sum)
+    };
+    __host__ __device__ stats_t identity() const { return {-std::numeric_limits<C>::infinity(), C(0)}; }
+    __host__ __device__ stats_t combine(stats_t a, stats_t b) const {
+        const C m = Maximum{}(a.max, b.max);
+        const C sa = a.sum == C(0) ? C(0) : a.sum * math::exp(a.max - m);  // an empty side adds nothing
+        const C sb = b.sum == C(0) ? C(0) : b.sum * math::exp(b.max - m);
+        return {m, sa + sb};
+    }
+    __host__ __device__ stats_t accumulate(stats_t s, C x) const { return combine(s, {x, C(1)}); }
+    __host__ __device__ Prepared finish(stats_t s, std::int64_t) const { return {s.max, Log ? math::log(s.sum) : C(1) / s.sum}; }
+    __host__ __device__ C apply(const Prepared& p, C x, std::int64_t) const {
+        return Log ? x - p.max - p.scale : math::exp(x - p.max) * p.scale;
+    }
+};
+
+// (x - mean) / sqrt(var + eps) * weight + bias, population variance (Welford).
+template <class T, class C>
+struct LayerNormRow {
+    using compute_t = C;
+    using stats_t = Moments<C>;
+    struct Prepared {
+        C mean, rstd;
+    };
+    const T* weight;  // may be null: 1
+    const T* bias;    // may be null: 0
+    C eps;
+    __host__ __device__ stats_t identity() const { return {C(0), C(0), 0}; }
+    __host__ __device__ stats_t combine(stats_t a, stats_t b) const { return VarianceReducer<C, false>{}.combine(a, b); }
+    __host__ __device__ stats_t accumulate(stats_t s, C x) const { return combine(s, {x, C(0), 1}); }
+    __host__ __device__ Prepared finish(stats_t s, std::int64_t n) const {
+        return {s.mean, C(1) / math::sqrt(s.m2 / C(n) + eps)};
+    }
+    __host__ __device__ C apply(const Prepared& p, C x, std::int64_t c) const {
+        C y = (x - p.mean) * p.rstd;
+        if (weight) y *= cast<C>(weight[c]);
+        if (bias) y += cast<C>(bias[c]);
+        return y;
+    }
+};
+
+// x / sqrt(mean(x^2) + eps) * weight.
+template <class T, class C>
+struct RmsNormRow {
+    using compute_t = C;
+    using stats_t = C;
+    const T* weight;  // may be null: 1
+    C eps;
+    __host__ __device__ stats_t identity() const { return C(0); }
+    __host__ __device__ stats_t combine(stats_t a, stats_t b) const { return a + b; }
+    __host__ __device__ stats_t accumulate(stats_t s, C x) const { return s + x * x; }
+    __host__ __device__ C finish(stats_t s, std::int64_t n) const { return C(1) / math::sqrt(s / C(n) + eps); }
+    __host__ __device__ C apply(C rstd, C x, std::int64_t c) const { return weight ? x * rstd * cast<C>(weight[c]) : x * rstd; }
+};
+
+namespace detail {
+
+template <class T>
+using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Runs `op` over the rows of x along `axis`; the result has x's shape and is contiguous.
+template <Element T, class Op>
+Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, std::optional<rt::stream_t> stream_opt,
+                         std::source_location site) {
+    static_assert(is_float_type<T>, "row normalisations need a floating-point tensor; convert with cast_to<float>(...) first");
+    require(x.defined(), name, ": an undefined (default-constructed) tensor");
+    require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
+            space_name(x.space()), " memory; move it to the device first");
+    require(x.dim() > 0, name, ": needs at least one dim, the input is a scalar");
+    require(axis >= -x.dim() && axis < x.dim(), name, ": axis ", axis, " out of range for shape ", x.shape().to_string());
+    const int last = x.dim() - 1, a = axis < 0 ? axis + x.dim() : axis;
+    const Device device = x.device();
+    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};
+    if (a != last) {
+        const Tensor<T> moved = normalize_rows(name, x.transpose(a, last).to(on), -1, op, stream, site);
+        return moved.transpose(a, last).to(on);
+    }
+    const Tensor<T> in = x.is_contiguous() ? x : x.to(on);
+    Tensor<T> out = empty<T>(x.shape(), on);
+    const std::int64_t cols = x.shape()[last], rows = cols == 0 ? 0 : x.numel() / cols;
+    if (rows == 0) return out;
+    require(x.numel() < std::numeric_limits<std::int32_t>::max(), name, ": ", x.numel(),
+            " elements; row kernels index with 32 bits (split the tensor)");
+    using I = std::uint32_t;
+    DeviceGuard guard(device);
+    const int sms = multiprocessors(device);
+    if (cols <= 1024) {
+        const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, std::int64_t(sms) * 32));
+        if (cols <= 128)
+            launch(kernels::rows_per_warp<4, Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
+                   I(cols), op);
+        else
+            launch(kernels::rows_per_warp<32, Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
+                   I(cols), op);
+    } else {
+        const auto blocks = unsigned(std::clamp<std::int64_t>(rows, 1, std::int64_t(sms) * 16));
+        launch(kernels::rows_per_block<Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
+               I(cols), op);
+    }
+    return out;
+}
+
+template <Element T>
+const T* parameter(const char* name, const char* what, const std::optional<Tensor<T>>& p, const Tensor<T>& x) {
+    if (!p) return nullptr;
+    const std::int64_t cols = x.shape()[x.dim() - 1];
+    require(p->dim() == 1 && p->numel() == cols && p->is_contiguous(), name, ": ", what, " must be a contiguous 1-d tensor of ",
+            cols, " elements (the last dim of ", x.shape().to_string(), "), not shape ", p->shape().to_string());
+    require(p->device() == x.device() && (p->space() == MemorySpace::device || p->space() == MemorySpace::managed), name, ": ",
+            what, " must be in device memory on the input's device");
+    return p->data();
+}
+
+}  // namespace detail
+}  // namespace tessel::ops
+
+namespace tessel {
+
+// exp(x - max) / sum(exp(x - max)) along `axis`.
+template <Element T>
+Tensor<T> softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
+                  std::source_location site = std::source_location::current()) {
+    return ops::detail::normalize_rows("softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, false>{}, stream, site);
+}
+// x - max - log(sum(exp(x - max))) along `axis`.
+template <Element T>
+Tensor<T> log_softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
+                      std::source_location site = std::source_location::current()) {
+    return ops::detail::normalize_rows("log_softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, true>{}, stream, site);
+}
+// Layer normalisation over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
+template <Element T>
+Tensor<T> layer_norm(const Tensor<T>& x, const std::type_identity_t<std::optional<Tensor<T>>>& weight = {}, const std::type_identity_t<std::optional<Tensor<T>>>& bias = {},
+                     double eps = 1e-5, std::optional<rt::stream_t> stream = {},
+                     std::source_location site = std::source_location::current()) {
+    using C = ops::detail::row_compute_t<T>;
+    require(x.defined() && x.dim() > 0, "layer_norm: needs a defined tensor of at least one dim");
+    const ops::LayerNormRow<T, C> op{ops::detail::parameter("layer_norm", "weight", weight, x),
+                                     ops::detail::parameter("layer_norm", "bias", bias, x), C(eps)};
+    return ops::detail::normalize_rows("layer_norm", x, -1, op, stream, site);
+}
+// RMS normalisation over the last dim: x / sqrt(mean(x^2) + eps) * weight.
+template <Element T>
+Tensor<T> rms_norm(const Tensor<T>& x, const std::type_identity_t<std::optional<Tensor<T>>>& weight = {}, double eps = 1e-6,
+                   std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+    using C = ops::detail::row_compute_t<T>;
+    require(x.defined() && x.dim() > 0, "rms_norm: needs a defined tensor of at least one dim");
+    const ops::RmsNormRow<T, C> op{ops::detail::parameter("rms_norm", "weight", weight, x), C(eps)};
+    return ops::detail::normalize_rows("rms_norm", x, -1, op, stream, site);
+}
+
+}  // namespace tessel

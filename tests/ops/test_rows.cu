@@ -1,0 +1,139 @@
+// softmax, log_softmax, layer_norm and rms_norm against double-precision host loops: row lengths
+// that take the warp path (1, 2, 31, 33, 1000) and the block path (1025, 4099), rows shifted by 1e4
+// (stability), another axis than the last, weights and biases, bad parameters. Outputs' cache blocks
+// are poisoned first.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include <tessel/ops/rows.hpp>
+
+#include "../support/device_array.hpp"
+
+using namespace tessel;
+
+namespace {
+
+template <class T>
+std::pair<Tensor<T>, std::vector<double>> random_rows(const Shape& s, std::uint64_t seed, double lo, double hi) {
+    const auto n = std::size_t(Layout::contiguous(s).numel());
+    const auto r = testing::random_vector<double>(n, seed, lo, hi);
+    std::vector<T> v(n);
+    std::vector<double> exact(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        v[i] = ops::cast<T>(r[i]);
+        exact[i] = convert<double>(v[i]);
+    }
+    return {from_host<T>(std::span<const T>(v), s), exact};
+}
+
+template <class T>
+void poison_next(const Shape& s) {
+    auto p = empty<T>(s);
+    rt::memset_async(p.data(), 0xFF, std::size_t(p.numel()) * sizeof(T), current_stream().handle());
+}
+
+template <class T>
+void compare(const Tensor<T>& got, const std::vector<double>& want, double atol, double rtol, const std::string& what) {
+    const auto h = got.to_vector();
+    REQUIRE(h.size() == want.size());
+    std::size_t bad = 0;
+    std::ostringstream os;
+    for (std::size_t i = 0; i < h.size(); ++i) {
+        const double g = convert<double>(h[i]);
+        if (!(std::fabs(g - want[i]) <= atol + rtol * std::fabs(want[i])) && bad++ < 5)
+            os << "\n  [" << i << "] expected " << want[i] << ", got " << g;
+    }
+    INFO(what << ": " << bad << " of " << h.size() << " wrong" << os.str());
+    CHECK(bad == 0);
+}
+
+// Reference softmax (or log_softmax) of each row of length c.
+std::vector<double> softmax_ref(const std::vector<double>& x, std::int64_t c, bool log) {
+    std::vector<double> y(x.size());
+    for (std::size_t r = 0; r < x.size() / std::size_t(c); ++r) {
+        const double* row = x.data() + r * std::size_t(c);
+        const double m = *std::max_element(row, row + c);
+        long double s = 0;
+        for (std::int64_t k = 0; k < c; ++k) s += std::exp(row[k] - m);
+        for (std::int64_t k = 0; k < c; ++k)
+            y[r * std::size_t(c) + std::size_t(k)] = log ? row[k] - m - std::log(double(s)) : std::exp(row[k] - m) / double(s);
+    }
+    return y;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows]", float, double, __nv_bfloat16) {
+    using T = TestType;
+    // float: a row's sum carries ~(c/256 + 8) roundings (1e-5 relative leaves margin); bf16 output:
+    // one rounding to 8 bits (2^-8 relative); double: 1e-13.
+    const double rtol = std::is_same_v<T, double> ? 1e-13 : std::is_same_v<T, float> ? 1e-5 : 8e-3;
+    for (std::int64_t cols : {1, 2, 31, 33, 1000, 1025, 4099}) {
+        for (double shift : {0.0, 1e4}) {
+            INFO("cols " << cols << " shift " << shift);
+            auto [x, xv] = random_rows<T>({7, cols}, std::uint64_t(cols), shift - 10, shift + 10);
+            poison_next<T>({7, cols});
+            compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, rtol, "softmax");
+            poison_next<T>({7, cols});
+            // log_softmax values reach -20; their error is relative to the row's log-sum (>= 1).
+            const double atol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 * (1 + std::fabs(shift) * 1e-3) : 0.1;
+            compare(log_softmax(x), softmax_ref(xv, cols, true), atol, rtol, "log_softmax");
+        }
+    }
+}
+
+TEST_CASE("softmax along another axis moves it last and back", "[ops][rows]") {
+    auto [x, xv] = random_rows<float>({33, 5}, 3, -5, 5);
+    const auto got = softmax(x, 0);
+    REQUIRE(got.shape() == Shape{33, 5});
+    std::vector<double> t(xv.size()), want(xv.size());
+    for (int i = 0; i < 33; ++i)
+        for (int j = 0; j < 5; ++j) t[std::size_t(j * 33 + i)] = xv[std::size_t(i * 5 + j)];
+    const auto tr = softmax_ref(t, 33, false);
+    for (int i = 0; i < 33; ++i)
+        for (int j = 0; j < 5; ++j) want[std::size_t(i * 5 + j)] = tr[std::size_t(j * 33 + i)];
+    compare(got, want, 1e-30, 1e-5, "softmax over axis 0");
+}
+
+TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows]", float, __nv_bfloat16) {
+    using T = TestType;
+    const double atol = std::is_same_v<T, float> ? 2e-5 : 3e-2, rtol = std::is_same_v<T, float> ? 1e-5 : 8e-3;
+    for (std::int64_t cols : {1, 31, 33, 1000, 1025, 4099}) {
+        INFO("cols " << cols);
+        auto [x, xv] = random_rows<T>({5, cols}, std::uint64_t(cols) + 1, 3, 7);  // mean far from 0
+        auto [w, wv] = random_rows<T>({cols}, 100, 0.5, 1.5);
+        auto [b, bv] = random_rows<T>({cols}, 101, -1, 1);
+        std::vector<double> ln(xv.size()), ln_wb(xv.size()), rms(xv.size()), rms_w(xv.size());
+        for (std::size_t r = 0; r < 5; ++r) {
+            const double* row = xv.data() + r * std::size_t(cols);
+            long double m = 0, sq = 0;
+            for (std::int64_t k = 0; k < cols; ++k) m += row[k], sq += (long double)row[k] * row[k];
+            m /= cols;
+            long double v = 0;
+            for (std::int64_t k = 0; k < cols; ++k) v += (row[k] - m) * (row[k] - m);
+            const double rstd = 1 / std::sqrt(double(v / cols) + 1e-5), rrms = 1 / std::sqrt(double(sq / cols) + 1e-6);
+            for (std::int64_t k = 0; k < cols; ++k) {
+                const std::size_t i = r * std::size_t(cols) + std::size_t(k);
+                ln[i] = (row[k] - double(m)) * rstd;
+                ln_wb[i] = ln[i] * wv[std::size_t(k)] + bv[std::size_t(k)];
+                rms[i] = row[k] * rrms;
+                rms_w[i] = rms[i] * wv[std::size_t(k)];
+            }
+        }
+        // For cols == 1 the normalised value is 0 / sqrt(eps): exact 0 in both.
+        poison_next<T>({5, cols});
+        compare(layer_norm(x), ln, atol, rtol, "layer_norm");
+        poison_next<T>({5, cols});
+        compare(layer_norm(x, w, b), ln_wb, atol, rtol, "layer_norm with weight and bias");
+        poison_next<T>({5, cols});
+        compare(rms_norm(x), rms, atol, rtol, "rms_norm");
+        poison_next<T>({5, cols});
+        compare(rms_norm(x, w), rms_w, atol, rtol, "rms_norm with weight");
+    }
+    auto x = zeros<T>({4, 8});
+    CHECK_THROWS_WITH(layer_norm(x, zeros<T>({7})), Catch::Contains("weight must be a contiguous 1-d tensor of 8"));
+    CHECK_THROWS_WITH(softmax(x, 2), Catch::Contains("axis 2 out of range"));
+    CHECK(softmax(empty<T>({0, 8})).numel() == 0);
+}
