@@ -15,6 +15,8 @@
 #include "ops/reduce.hpp"  // sum, mean, amax, argmax, var, norm, ... over any axes
 #include "ops/copy.hpp"    // contiguous() of strided device views by kernel (tiled transpose)
 #include "ops/rows.hpp"    // softmax, log_softmax, layer_norm, rms_norm
+#include "ops/quantize.hpp" // int8 quantize / dequantize, per tensor or per channel
+#include "ops/amp.hpp"      // unscale_and_check, DynamicLossScaler
 #endif
 
 namespace tessel {

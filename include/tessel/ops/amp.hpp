@@ -1,0 +1,131 @@
+// Mixed precision: unscale_and_check (one fused launch that unscales a list of gradients in place and
+// detects inf/NaN) and DynamicLossScaler, whose scale follows torch.cuda.amp.GradScaler: back off on
+// an overflow, grow after growth_interval clean steps.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <tessel/kernels/amp.cuh>
+
+#include "../memory/allocator.hpp"
+#include "../runtime/launch.hpp"
+#include "../tensor/tensor.hpp"
+#include "assign.hpp"
+
+namespace tessel {
+
+// The most tensors one unscale_and_check launch takes; longer lists take one launch per this many.
+inline constexpr int amp_tensors_per_launch = 64;
+
+// Multiplies every element of `tensors` (contiguous, on one device) by inv_scale in place and sets
+// *found_nonfinite (a device word) to 1 if any element was inf or NaN beforehand; never clears it.
+template <Element T>
+void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsigned* found_nonfinite, rt::stream_t stream,
+                       std::source_location site = std::source_location::current()) {
+    static_assert(ops::is_float_type<T>, "unscale_and_check: gradients are floating-point tensors");
+    constexpr int chunk = 16384;
+    using List = kernels::TensorList<T, amp_tensors_per_launch>;
+    if (tensors.empty()) return;
+    const Device device = tensors[0].device();
+    for (std::size_t k = 0; k < tensors.size(); ++k) {
+        const Tensor<T>& t = tensors[k];
+        require(t.defined() && t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed) &&
+                    t.device() == device,
+                "unscale_and_check: tensor ", k, " must be a contiguous device tensor on ", backend_name, ":", device.index,
+                " (shape ", t.defined() ? t.shape().to_string() : "undefined", ")");
+    }
+    DeviceGuard guard(device);
+    const int sms = ops::detail::multiprocessors(device);
+    for (std::size_t first = 0; first < tensors.size(); first += amp_tensors_per_launch) {
+        List list{};
+        list.first_chunk[0] = 0;
+        for (std::size_t k = first; k < std::min(tensors.size(), first + amp_tensors_per_launch); ++k) {
+            const int i = list.count++;
+            list.data[i] = tensors[k].data();
+            list.numel[i] = tensors[k].numel();
+            list.first_chunk[i + 1] = list.first_chunk[i] + (list.numel[i] + chunk - 1) / chunk;
+        }
+        const std::int64_t chunks = list.first_chunk[list.count];
+        if (chunks == 0) continue;
+        const auto blocks = unsigned(std::clamp<std::int64_t>(chunks, 1, std::int64_t(sms) * 8));
+        launch(kernels::unscale_and_check<T, amp_tensors_per_launch, chunk>, GridDim(blocks, site), dim3(256), 0, stream, list,
+               inv_scale, found_nonfinite);
+    }
+}
+
+// How a DynamicLossScaler's scale evolves (GradScaler's defaults).
+struct LossScalerOptions {
+    double init_scale = 65536.0;
+    double growth_factor = 2.0;
+    double backoff_factor = 0.5;
+    int growth_interval = 2000;
+};
+
+// A loss scale that adapts like torch.cuda.amp.GradScaler: scale the loss by scale(), call
+// unscale(grads) after the backward pass, skip the optimiser step when found_nonfinite(), then
+// update(): an overflow multiplies the scale by backoff_factor and restarts the count; growth_interval
+// clean steps in a row multiply it by growth_factor.
+class DynamicLossScaler {
+public:
+    using Options = LossScalerOptions;
+
+    explicit DynamicLossScaler(Options o = {}, std::optional<Device> device = std::nullopt)
+        : o_(o), scale_(o.init_scale), device_(device ? *device : current_device()) {
+        require(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 && o.growth_interval > 0,
+                "DynamicLossScaler: needs init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0");
+        DeviceGuard g(device_);
+        stream_ = current_stream(device_).handle();
+        flag_ = static_cast<unsigned*>(memory::allocate(sizeof(unsigned), stream_));
+        rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
+    }
+    ~DynamicLossScaler() {
+        if (flag_) memory::deallocate(flag_);
+    }
+    DynamicLossScaler(const DynamicLossScaler&) = delete;
+    DynamicLossScaler& operator=(const DynamicLossScaler&) = delete;
+
+    double scale() const { return scale_; }
+    int clean_steps() const { return tracker_; }
+
+    // Unscales the gradients in place (one launch per 64 tensors) and records any inf/NaN among them.
+    template <Element T>
+    void unscale(std::span<const Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
+        stream_ = stream ? *stream : current_stream(device_).handle();
+        unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
+    }
+    template <Element T>
+    void unscale(const std::vector<Tensor<T>>& grads, std::optional<rt::stream_t> stream = {}) {
+        unscale(std::span<const Tensor<T>>(grads), stream);
+    }
+    // Whether the gradients unscaled since the last update() held an inf or NaN (waits for them).
+    bool found_nonfinite() const {
+        unsigned v = 0;
+        rt::memcpy_async(&v, flag_, sizeof v, stream_);
+        rt::stream_synchronize(stream_);
+        return v != 0;
+    }
+    // Adjusts the scale for the next step and clears the flag.
+    void update() {
+        if (found_nonfinite()) {
+            scale_ *= o_.backoff_factor;
+            tracker_ = 0;
+        } else if (++tracker_ == o_.growth_interval) {
+            scale_ *= o_.growth_factor;
+            tracker_ = 0;
+        }
+        rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
+    }
+
+private:
+    Options o_;
+    double scale_;
+    int tracker_ = 0;
+    Device device_;
+    unsigned* flag_ = nullptr;
+    rt::stream_t stream_ = nullptr;
+};
+
+}  // namespace tessel
