@@ -17,6 +17,7 @@
 #include "ops/rows.hpp"    // softmax, log_softmax, layer_norm, rms_norm
 #include "ops/quantize.hpp" // int8 quantize / dequantize, per tensor or per channel
 #include "ops/amp.hpp"      // unscale_and_check, DynamicLossScaler
+#include "ops/random.hpp"   // Philox4x32-10 uniform and normal fills
 #endif
 
 namespace tessel {

@@ -59,7 +59,8 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
     std::vector<int> others;
     for (int d = 0; d < x.dim(); ++d)
         if (d != a) others.push_back(d);
-    const auto lo = minimum(amin(x, Axes(others)), 0.0), hi = maximum(amax(x, Axes(others)), 0.0);
+    const auto lo = minimum(amin(x, Axes(others)), 0.0);
+    const auto hi = maximum(amax(x, Axes(others)), 0.0);
     ChannelQuantParams p{empty<float>({x.size(a)}, {.device = x.device()}), empty<std::int32_t>({x.size(a)}, {.device = x.device()}), a};
     if (symmetric) {
         const auto m = maximum(abs(lo), abs(hi));

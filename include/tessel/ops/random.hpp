@@ -1,0 +1,91 @@
+// Random tensors from a counter-based generator (Philox4x32-10, kernels/tessel/kernels/random.cuh):
+// reproducible from (seed, offset) whatever the launch configuration or device.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <source_location>
+
+#include <tessel/kernels/random.cuh>
+
+#include "assign.hpp"
+
+namespace tessel {
+
+// Fills contiguous `t` with values offset .. offset + numel - 1 of stream `seed`: uniform in [lo, hi).
+template <Element T>
+void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset = 0, double lo = 0.0, double hi = 1.0,
+                  std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current());
+// The same with normal values of the given mean and standard deviation (Box-Muller).
+template <Element T>
+void normal_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset = 0, double mean = 0.0, double stddev = 1.0,
+                 std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current());
+
+namespace ops::detail {
+template <kernels::Distribution D, Element T>
+void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double a, double b,
+                 std::optional<rt::stream_t> stream, std::source_location site) {
+    static_assert(is_float_type<T>, "random fills produce floating-point tensors");
+    require(t.defined() && t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed), name,
+            ": needs a contiguous device tensor");
+    const std::uint64_t n = std::uint64_t(t.numel());
+    if (n == 0) return;
+    const Device device = t.device();
+    DeviceGuard guard(device);
+    constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+    const std::uint64_t blocks_needed = (offset % per_block + n + per_block - 1) / per_block;
+    const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(multiprocessors(device)) * 32));
+    launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, stream ? *stream : current_stream(device).handle(), t.data(),
+           n, seed, offset, a, b);
+}
+}  // namespace ops::detail
+
+template <Element T>
+void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double lo, double hi, std::optional<rt::stream_t> stream,
+                  std::source_location site) {
+    ops::detail::random_fill<kernels::Distribution::uniform>("uniform_fill", t, seed, offset, lo, hi, stream, site);
+}
+template <Element T>
+void normal_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double mean, double stddev,
+                 std::optional<rt::stream_t> stream, std::source_location site) {
+    require(stddev >= 0, "normal_fill: stddev must not be negative, got ", stddev);
+    ops::detail::random_fill<kernels::Distribution::normal>("normal_fill", t, seed, offset, mean, stddev, stream, site);
+}
+
+// A seed and a position in its stream, counted in 32-bit Philox words: each draw starts at the next
+// whole block and takes the blocks its values need (a float uses one word, a double two), so
+// successive draws never overlap and a program's draws reproduce run to run.
+class Philox {
+public:
+    explicit Philox(std::uint64_t seed, std::uint64_t offset = 0) : seed_(seed), offset_(offset) {}
+    std::uint64_t seed() const { return seed_; }
+    std::uint64_t offset() const { return offset_; }
+
+    // A new tensor of uniform values in [lo, hi).
+    template <Element T>
+    Tensor<T> uniform(const Shape& shape, double lo = 0.0, double hi = 1.0, TensorOptions o = {}) {
+        Tensor<T> t = empty<T>(shape, o);
+        uniform_fill(t, seed_, take<T>(t.numel()), lo, hi, o.resolved_stream());
+        return t;
+    }
+    // A new tensor of normal values.
+    template <Element T>
+    Tensor<T> normal(const Shape& shape, double mean = 0.0, double stddev = 1.0, TensorOptions o = {}) {
+        Tensor<T> t = empty<T>(shape, o);
+        normal_fill(t, seed_, take<T>(t.numel()), mean, stddev, o.resolved_stream());
+        return t;
+    }
+
+private:
+    // Returns the first value's index in T's units and advances past the draw.
+    template <class T>
+    std::uint64_t take(std::int64_t n) {
+        constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+        const std::uint64_t block = (offset_ + 3) / 4;
+        offset_ = (block + (std::uint64_t(n) + per_block - 1) / per_block) * 4;
+        return block * per_block;
+    }
+    std::uint64_t seed_, offset_;
+};
+
+}  // namespace tessel
