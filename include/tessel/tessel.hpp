@@ -18,6 +18,7 @@
 #include "ops/quantize.hpp" // int8 quantize / dequantize, per tensor or per channel
 #include "ops/amp.hpp"      // unscale_and_check, DynamicLossScaler
 #include "ops/random.hpp"   // Philox4x32-10 uniform and normal fills
+#include "ops/sort.hpp"     // sort, argsort, cumsum, cumprod, unique (CUB on CUDA)
 #endif
 
 namespace tessel {

@@ -1,0 +1,124 @@
+// sort, argsort, cumsum, cumprod and unique against host references: stable order with many equal
+// keys, descending, NaN and infinity placement, another axis than the last, every accumulation type.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include <tessel/ops/sort.hpp>
+
+#include "../support/device_array.hpp"
+
+using namespace tessel;
+
+namespace {
+template <class T>
+std::pair<Tensor<T>, std::vector<T>> random_tensor(const Shape& s, std::uint64_t seed, double lo, double hi) {
+    const auto n = std::size_t(Layout::contiguous(s).numel());
+    const auto r = testing::random_vector<double>(n, seed, lo, hi);
+    std::vector<T> v(n);
+    detail::HostArray<T> h(n);
+    for (std::size_t i = 0; i < n; ++i) h.data()[i] = v[i] = ops::cast<T>(std::is_integral_v<T> ? std::floor(r[i]) : r[i]);
+    return {from_host<T>(h.span(), s), v};
+}
+
+// Stable sort of each row by value (NaN after everything ascending, before everything descending).
+template <class T>
+std::vector<std::int64_t> reference_order(const std::vector<T>& v, std::int64_t rows, std::int64_t cols, bool descending) {
+    std::vector<std::int64_t> idx(v.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+        auto* row = idx.data() + r * cols;
+        std::iota(row, row + cols, 0);
+        std::stable_sort(row, row + cols, [&](std::int64_t a, std::int64_t b) {
+            const double x = convert<double>(v[std::size_t(r * cols + a)]), y = convert<double>(v[std::size_t(r * cols + b)]);
+            if (std::isnan(x) || std::isnan(y)) return descending ? (std::isnan(x) && !std::isnan(y)) : (!std::isnan(x) && std::isnan(y));
+            return descending ? x > y : x < y;
+        });
+    }
+    return idx;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("sort and argsort rows, stable, both directions", "[ops][sort]", float, std::int32_t, __nv_bfloat16, double) {
+    using T = TestType;
+    const std::int64_t rows = 7, cols = 1031;
+    // Few distinct values (integers 0..9, bf16 rounding) make ties common: stability matters.
+    auto [x, v] = random_tensor<T>({rows, cols}, 3, 0, std::is_integral_v<T> ? 10 : 4);
+    for (bool descending : {false, true}) {
+        INFO((descending ? "descending" : "ascending"));
+        const auto s = sort(x, -1, descending);
+        const auto want = reference_order(v, rows, cols, descending);
+        CHECK(s.indices.to_vector() == want);
+        const auto got = s.values.to_vector();
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < got.size(); ++i)
+            bad += std::memcmp(&got[i], &v[std::size_t(std::int64_t(i) / cols * cols + want[i])], sizeof(T)) != 0;
+        CHECK(bad == 0);
+    }
+    const auto by_col = argsort(x, 0).to_vector();  // along axis 0: each column sorted independently
+    for (std::int64_t c = 0; c < cols; c += 97) {
+        for (std::int64_t r = 1; r < rows; ++r) {
+            const double a = convert<double>(v[std::size_t(by_col[std::size_t((r - 1) * cols + c)] * cols + c)]);
+            const double b = convert<double>(v[std::size_t(by_col[std::size_t(r * cols + c)] * cols + c)]);
+            CHECK(a <= b);
+        }
+    }
+}
+
+TEST_CASE("NaN and infinities sort where radix sort puts them", "[ops][sort]") {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    auto x = from_host<float>({3.f, nan, -inf, 1.f, inf, -2.f}, {6});
+    const auto up = sort(x).values.to_vector();
+    CHECK(up[0] == -inf);
+    CHECK(up[1] == -2.f);
+    CHECK(up[4] == inf);
+    CHECK(std::isnan(up[5]));
+    const auto down = sort(x, -1, true).values.to_vector();
+    CHECK(std::isnan(down[0]));
+    CHECK(down[1] == inf);
+    CHECK(down[5] == -inf);
+    CHECK_THROWS_WITH(sort(empty<__nv_fp8_e4m3>({4})), Catch::Contains("fp8 keys are not supported"));
+}
+
+TEMPLATE_TEST_CASE("cumsum and cumprod along an axis", "[ops][scan]", float, double, std::int32_t, __half, bool) {
+    using T = TestType;
+    const std::int64_t rows = 5, cols = 1003;
+    auto [x, v] = random_tensor<T>({rows, cols}, 5, std::is_same_v<T, bool> ? 0 : -1, std::is_same_v<T, bool> ? 2 : (std::is_integral_v<T> ? 3 : 1));
+    for (int axis : {1, 0}) {
+        INFO("axis " << axis);
+        const auto got = cumsum(x, axis).to_vector();
+        const std::int64_t len = axis == 1 ? cols : rows, lines = axis == 1 ? rows : cols;
+        std::size_t bad = 0;
+        for (std::int64_t l = 0; l < lines; ++l) {
+            long double s = 0, mag = 0;
+            for (std::int64_t k = 0; k < len; ++k) {
+                const std::size_t i = std::size_t(axis == 1 ? l * cols + k : k * cols + l);
+                s += convert<double>(T(v[i]));
+                mag += std::fabs(convert<double>(T(v[i])));
+                // float: sequential-order error ~ k eps |x|; half output: one rounding (2^-11) of values up to ~30.
+                const double tol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 1e-6 * double(mag) : std::is_same_v<T, __half> ? 2e-3 * std::fabs(double(s)) + 1e-3 : 0;
+                bad += !(std::fabs(convert<double>(got[i]) - double(s)) <= tol);
+            }
+        }
+        CHECK(bad == 0);
+    }
+    if constexpr (std::is_same_v<T, double>) {
+        auto [y, w] = random_tensor<double>({3, 41}, 6, 0.9, 1.1);
+        const auto p = cumprod(y, 1).to_vector();
+        std::size_t bad = 0;
+        for (std::int64_t r = 0; r < 3; ++r) {
+            double acc = 1;
+            for (std::int64_t k = 0; k < 41; ++k) acc *= w[std::size_t(r * 41 + k)], bad += std::fabs(p[std::size_t(r * 41 + k)] - acc) > 1e-13;
+        }
+        CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("unique returns the sorted distinct values", "[ops][sort]") {
+    auto [x, v] = random_tensor<std::int32_t>({33, 31}, 8, -50, 50);
+    std::vector<std::int32_t> want(v);
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    CHECK(unique(x).to_vector() == want);
+    CHECK(unique(empty<float>({0})).numel() == 0);
+}
