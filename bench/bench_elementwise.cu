@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include "harness.hpp"
+#include "inputs.hpp"
 
 #include <tessel/ops/assign.hpp>
 
@@ -14,22 +15,12 @@
 #endif
 
 #include <cmath>
-#include <random>
 
 namespace {
 
 using tessel::Tensor;
 
 std::int64_t elements() { return tessel::backend == tessel::Backend::sim ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26); }
-
-template <class T>
-Tensor<T> random_tensor(std::int64_t n, std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<T> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = T(d(rng));
-    return tessel::from_host<T>(std::span<const T>(v), {n});
-}
 
 // Largest |got - want| / (|a b| + |c|) over a sample of 4096 elements against a double reference
 // (scaled by the terms, not the result, which may cancel to near zero).
@@ -54,7 +45,8 @@ struct Fma {
 template <class T>
 void BM_fma(benchmark::State& state, int impl) {
     const std::int64_t n = elements();
-    auto a = random_tensor<T>(n, 1), b = random_tensor<T>(n, 2), c = random_tensor<T>(n, 3);
+    using tessel::bench::random_tensor;
+    auto a = random_tensor<T>({n}, 1), b = random_tensor<T>({n}, 2), c = random_tensor<T>({n}, 3);
     auto d = tessel::empty<T>({n});
     tessel::Stream s = tessel::current_stream();
     auto body = [&] {
@@ -76,7 +68,7 @@ void BM_fma(benchmark::State& state, int impl) {
 
 void BM_cast_f32_bf16(benchmark::State& state) {
     const std::int64_t n = elements();
-    auto x = random_tensor<float>(n, 4);
+    auto x = tessel::bench::random_tensor<float>({n}, 4);
     auto y = tessel::empty<__nv_bfloat16>({n});
     tessel::Stream s = tessel::current_stream();
     tessel::bench::time_region(state, s, [&] { (y = tessel::cast_to<__nv_bfloat16>(x)).run(s); });

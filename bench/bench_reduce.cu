@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include "harness.hpp"
+#include "inputs.hpp"
 
 #include <tessel/ops/reduce.hpp>
 
@@ -14,7 +15,6 @@
 #endif
 
 #include <cmath>
-#include <random>
 
 namespace {
 
@@ -22,19 +22,10 @@ using tessel::Tensor;
 
 bool sim() { return tessel::backend == tessel::Backend::sim; }
 
-Tensor<float> random_tensor(const tessel::Shape& shape, std::uint64_t seed) {
-    const auto n = static_cast<std::size_t>(tessel::Layout::contiguous(shape).numel());
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return tessel::from_host<float>(std::span<const float>(v), shape);
-}
-
 // impl 0: tessel::sum, 1: CUB DeviceReduce::Sum (CUDA build only).
 void BM_sum(benchmark::State& state, int impl) {
     const std::int64_t n = sim() ? (std::int64_t(1) << 20) : (std::int64_t(1) << 28);
-    auto x = random_tensor({n}, 1);
+    auto x = tessel::bench::random_tensor<float>({n}, 1);
     auto out = tessel::empty<float>({});
     tessel::Stream s = tessel::current_stream();
     [[maybe_unused]] void* temp = nullptr;
@@ -68,7 +59,7 @@ void BM_sum(benchmark::State& state, int impl) {
 // Row sums: impl 0: tessel::sum over axis 1, 1: CUB DeviceSegmentedReduce::Sum.
 void BM_row_sum(benchmark::State& state, int impl) {
     const std::int64_t rows = sim() ? 256 : 16384, cols = sim() ? 4096 : 16384;
-    auto x = random_tensor({rows, cols}, 2);
+    auto x = tessel::bench::random_tensor<float>({rows, cols}, 2);
     auto out = tessel::empty<float>({rows});
     tessel::Stream s = tessel::current_stream();
     [[maybe_unused]] void* temp = nullptr;

@@ -4,30 +4,22 @@
 #include <benchmark/benchmark.h>
 
 #include "harness.hpp"
+#include "inputs.hpp"
 
 #include <tessel/ops/rows.hpp>
 
 #include <cmath>
-#include <random>
 
 namespace {
 
 using tessel::Tensor;
-
-Tensor<float> random_rows(std::int64_t rows, std::int64_t cols) {
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<float> d(-4.f, 4.f);
-    std::vector<float> v(static_cast<std::size_t>(rows * cols));
-    for (auto& x : v) x = d(rng);
-    return tessel::from_host<float>(std::span<const float>(v), {rows, cols});
-}
 
 // kind 0: softmax, 1: rms_norm; state.range(0) = row length.
 void BM_rows(benchmark::State& state, int kind) {
     const std::int64_t cols = state.range(0);
     const std::int64_t total = tessel::backend == tessel::Backend::sim ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
     const std::int64_t rows = std::max<std::int64_t>(1, total / cols);
-    auto x = random_rows(rows, cols);
+    auto x = tessel::bench::random_tensor<float>({rows, cols}, 7, -4, 4);
     auto w = tessel::full<float>({cols}, 1.5f);
     Tensor<float> y;
     tessel::Stream s = tessel::current_stream();

@@ -5,25 +5,16 @@
 #include <benchmark/benchmark.h>
 
 #include "harness.hpp"
+#include "inputs.hpp"
 
 #include <tessel/ops/copy.hpp>
 
-#include <random>
 
 namespace {
 
 using tessel::Tensor;
 
 bool sim() { return tessel::backend == tessel::Backend::sim; }
-
-Tensor<float> random_tensor(const tessel::Shape& shape, std::uint64_t seed) {
-    const auto n = static_cast<std::size_t>(tessel::Layout::contiguous(shape).numel());
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return tessel::from_host<float>(std::span<const float>(v), shape);
-}
 
 // Largest |out[j, i] - in[i, j]| over a sample (a transpose is exact: any difference is an error).
 double sampled_mismatch(const Tensor<float>& in, const Tensor<float>& out) {
@@ -40,7 +31,7 @@ double sampled_mismatch(const Tensor<float>& in, const Tensor<float>& out) {
 // impl 0: tessel contiguous(), 1: cublasSgeam (CUDA build only).
 void BM_transpose(benchmark::State& state, int impl) {
     const std::int64_t n = sim() ? 1024 : 16384;
-    auto x = random_tensor({n, n}, 1);
+    auto x = tessel::bench::random_tensor<float>({n, n}, 1);
     auto y = tessel::empty<float>({n, n});
     tessel::Stream s = tessel::current_stream();
 #if defined(TESSEL_BACKEND_CUDA)
@@ -65,7 +56,7 @@ void BM_transpose(benchmark::State& state, int impl) {
 
 void BM_batched_permute(benchmark::State& state) {
     const std::int64_t b = sim() ? 4 : 64, n = sim() ? 256 : 1024;
-    auto x = random_tensor({b, n, n}, 2);
+    auto x = tessel::bench::random_tensor<float>({b, n, n}, 2);
     Tensor<float> y;
     tessel::Stream s = tessel::current_stream();
     tessel::bench::time_region(state, s, [&] { y = x.permute({0, 2, 1}).to(tessel::TensorOptions{.stream = s.handle(), .non_blocking = true}); });

@@ -23,12 +23,6 @@ function(tessel_define_targets include_dir kernels_dir)
   add_library(tessel::sim INTERFACE IMPORTED GLOBAL)
   target_link_libraries(tessel::sim INTERFACE tessel::headers CUDA::toolkit Threads::Threads)
   target_compile_definitions(tessel::sim INTERFACE TESSEL_BACKEND_SIM=1)
-  # Thrust's host (CPP) system sorts and scans for the sim; CUDA 13 keeps CCCL under include/cccl.
-  foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
-    if(EXISTS "${dir}/cccl/thrust")
-      target_include_directories(tessel::sim SYSTEM INTERFACE "${dir}/cccl")
-    endif()
-  endforeach()
   # -rdynamic: the sim names kernels in its diagnostics through dladdr.
   target_link_options(tessel::sim INTERFACE -rdynamic)
   if(TARGET Boost::context)

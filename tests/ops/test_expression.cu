@@ -13,7 +13,7 @@
 #include <tessel/ops/assign.hpp>
 
 #include "../reference/elementwise.hpp"
-#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
 
 using namespace tessel;
 using reference::at;
@@ -22,26 +22,11 @@ using reference::for_each_index;
 namespace {
 
 template <class T>
-struct Operand {
-    Tensor<T> dev;   // what the expression reads
-    Tensor<T> host;  // the same values and view on the host, for the reference
-};
+using Operand = testing::TensorPair<T>;
 
 template <class T>
 Operand<T> random_operand(const Shape& s, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
-    const auto n = std::size_t(Layout::contiguous(s).numel());
-    std::vector<T> v(n);
-    if constexpr (std::is_same_v<T, bool>) {
-        const auto r = testing::random_vector<double>(n, seed);
-        for (std::size_t i = 0; i < n; ++i) v[i] = r[i] > 0;
-        detail::HostArray<bool> h(n);
-        for (std::size_t i = 0; i < n; ++i) h.data()[i] = v[i];
-        return {from_host<bool>(h.span(), s), from_host<bool>(h.span(), s, {.space = MemorySpace::host})};
-    } else {
-        const auto r = testing::random_vector<double>(n, seed, lo, hi);
-        for (std::size_t i = 0; i < n; ++i) v[i] = ops::cast<T>(std::is_integral_v<T> ? std::floor(r[i]) : r[i]);
-        return {from_host<T>(std::span<const T>(v), s), from_host<T>(std::span<const T>(v), s, {.space = MemorySpace::host})};
-    }
+    return testing::random_pair<T>(s, seed, lo, hi);
 }
 
 template <class T>
@@ -88,14 +73,6 @@ void check_bool(const Tensor<bool>& got, Ref&& ref, const std::string& what) {
     });
     INFO(what << ": " << bad << " of " << bytes.size() << " elements wrong");
     CHECK(bad == 0);
-}
-
-std::uint64_t launches() {
-#if defined(TESSEL_BACKEND_SIM)
-    return sim::launch_count();
-#else
-    return 0;
-#endif
 }
 
 }  // namespace
@@ -147,9 +124,9 @@ TEMPLATE_TEST_CASE("a depth-7 expression is one kernel and matches the double re
         INFO("n " << n);
         auto a = random_operand<T>({n}, 1), b = random_operand<T>({n}, 2), c = random_operand<T>({n}, 3, -4, 4);
         auto out = poisoned<T>({n});
-        const auto before = launches();
+        const auto before = testing::launch_count();
         (out = relu(a.dev * b.dev + c.dev) / (1 + exp(-a.dev)) - sqrt(abs(c.dev)) * 0.5 + where(a.dev > b.dev, a.dev, b.dev)).run();
-        if (backend == Backend::sim) CHECK(launches() - before == 1);
+        if (backend == Backend::sim) CHECK(testing::launch_count() - before == 1);
         check(out,
               [&](const auto& i) {
                   const double x = as_double(at(a.host, i)), y = as_double(at(b.host, i)), z = as_double(at(c.host, i));
@@ -319,9 +296,9 @@ TEST_CASE("broadcasting, strided and permuted operands, strided outputs", "[ops]
     (o0 = r0.dev * r0.dev).run();
     CHECK(o0.item() == at(r0.host, {}) * at(r0.host, {}));
     auto e = empty<float>({0, 5});
-    const auto before = launches();
+    const auto before = testing::launch_count();
     (e = e * 2).run();
-    CHECK(launches() == before);
+    CHECK(testing::launch_count() == before);
 }
 
 TEST_CASE("in-place updates and the aliasing rules", "[ops][expression]") {

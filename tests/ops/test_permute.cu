@@ -6,28 +6,11 @@
 #include <tessel/ops/copy.hpp>
 
 #include "../reference/elementwise.hpp"
-#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
 
 using namespace tessel;
 
 namespace {
-
-template <class T>
-std::pair<Tensor<T>, Tensor<T>> random_pair(const Shape& s, std::uint64_t seed) {
-    const auto n = std::size_t(Layout::contiguous(s).numel());
-    const auto r = testing::random_vector<double>(n, seed, -100, 100);
-    std::vector<T> v(n);
-    for (std::size_t i = 0; i < n; ++i) v[i] = ops::cast<T>(r[i]);
-    return {from_host<T>(std::span<const T>(v), s), from_host<T>(std::span<const T>(v), s, {.space = MemorySpace::host})};
-}
-
-std::uint64_t launches() {
-#if defined(TESSEL_BACKEND_SIM)
-    return sim::launch_count();
-#else
-    return 0;
-#endif
-}
 
 // dev and host carry the same view; contiguous() of the device one must equal the host one's
 // elements in row-major order, bit for bit, in one launch.
@@ -35,13 +18,10 @@ template <class T>
 void check_view(const std::string& what, const Tensor<T>& dev, const Tensor<T>& host) {
     INFO(what << ": shape " << dev.shape().to_string() << " strides " << dev.strides().to_string());
     REQUIRE_FALSE(dev.is_contiguous());
-    {
-        auto p = empty<T>(dev.shape());  // poison the block contiguous() will take
-        rt::memset_async(p.data(), 0xFF, std::size_t(p.numel()) * sizeof(T), current_stream().handle());
-    }
-    const auto before = launches();
+    testing::poison_next<T>(dev.shape());  // the block contiguous() will take
+    const auto before = testing::launch_count();
     const Tensor<T> got = dev.contiguous();
-    if (backend == Backend::sim) CHECK(launches() - before == 1);
+    if (backend == Backend::sim) CHECK(testing::launch_count() - before == 1);
     REQUIRE(got.is_contiguous());
     const Tensor<T> h = got.to_host();
     std::size_t i = 0, bad = 0;
@@ -58,39 +38,39 @@ TEMPLATE_TEST_CASE("contiguous() of permuted, sliced and broadcast device views"
                    double) {
     using T = TestType;
     {
-        auto [d, h] = random_pair<T>({33, 31}, 1);
+        auto [d, h] = testing::random_pair<T>({33, 31}, 1);
         check_view("2-d transpose", d.transpose(0, 1), h.transpose(0, 1));
     }
     {
-        auto [d, h] = random_pair<T>({1003, 1001}, 2);
+        auto [d, h] = testing::random_pair<T>({1003, 1001}, 2);
         check_view("large 2-d transpose", d.transpose(0, 1), h.transpose(0, 1));
     }
     {
-        auto [d, h] = random_pair<T>({3, 33, 65}, 3);
+        auto [d, h] = testing::random_pair<T>({3, 33, 65}, 3);
         check_view("batched transpose", d.permute({0, 2, 1}), h.permute({0, 2, 1}));
     }
     {
-        auto [d, h] = random_pair<T>({2, 3, 5, 7}, 4);
+        auto [d, h] = testing::random_pair<T>({2, 3, 5, 7}, 4);
         check_view("4-d permutation", d.permute({3, 1, 0, 2}), h.permute({3, 1, 0, 2}));
         check_view("4-d permutation, fastest dim kept", d.permute({2, 0, 1, 3}), h.permute({2, 0, 1, 3}));
     }
     {
-        auto [d, h] = random_pair<T>({40, 66}, 5);
+        auto [d, h] = testing::random_pair<T>({40, 66}, 5);
         check_view("stepped slice, transposed", d.slice(1, 1, 66, 2).transpose(0, 1), h.slice(1, 1, 66, 2).transpose(0, 1));
         check_view("stepped slice (no dim of stride 1)", d.slice(1, 0, 66, 3), h.slice(1, 0, 66, 3));
     }
     {
-        auto [d, h] = random_pair<T>({1, 33}, 6);
+        auto [d, h] = testing::random_pair<T>({1, 33}, 6);
         check_view("broadcast rows", d.expand({31, 33}), h.expand({31, 33}));
         check_view("broadcast, transposed", d.expand({31, 33}).transpose(0, 1), h.expand({31, 33}).transpose(0, 1));
     }
 }
 
 TEST_CASE("clone() and to() of a permuted view use the device gather", "[ops][permute]") {
-    auto [d, h] = random_pair<float>({17, 19}, 7);
-    const auto before = launches();
+    auto [d, h] = testing::random_pair<float>({17, 19}, 7);
+    const auto before = testing::launch_count();
     const auto c = d.transpose(0, 1).clone();
-    if (backend == Backend::sim) CHECK(launches() - before == 1);
+    if (backend == Backend::sim) CHECK(testing::launch_count() - before == 1);
     const auto back = c.to_host();
     for (std::int64_t i = 0; i < 19; ++i)
         for (std::int64_t j = 0; j < 17; ++j) CHECK(back({i, j}) == h({j, i}));

@@ -9,8 +9,13 @@
 
 #include <tessel/ops/reduce.hpp>
 
+#if defined(TESSEL_BACKEND_CUDA)
+#include <cub/device/device_reduce.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
+#endif
+
 #include "../reference/elementwise.hpp"
-#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
 
 using namespace tessel;
 using reference::at;
@@ -19,24 +24,12 @@ using reference::for_each_index;
 namespace {
 
 template <class T>
-struct Input {
-    Tensor<T> dev, host;
-};
+using Input = testing::TensorPair<T>;
+using testing::poison_next;
 
 template <class T>
 Input<T> random_input(const Shape& s, std::uint64_t seed, double lo = -1, double hi = 1) {
-    const auto n = std::size_t(Layout::contiguous(s).numel());
-    const auto r = testing::random_vector<double>(n, seed, lo, hi);
-    detail::HostArray<T> v(n);
-    for (std::size_t i = 0; i < n; ++i) v.data()[i] = ops::cast<T>(std::is_integral_v<T> && !std::is_same_v<T, bool> ? std::floor(r[i]) : r[i]);
-    return {from_host<T>(v.span(), s), from_host<T>(v.span(), s, {.space = MemorySpace::host})};
-}
-
-// Leaves a freed 0xFF block of exactly the output's size at the front of the cache.
-template <class Out>
-void poison_next(const Shape& out_shape) {
-    auto p = empty<Out>(out_shape);
-    rt::memset_async(p.data(), 0xFF, std::size_t(p.numel()) * sizeof(Out), current_stream().handle());
+    return testing::random_pair<T>(s, seed, lo, hi);
 }
 
 // The reduced shape and, per output index, the input indices it covers in row-major order.
@@ -264,3 +257,42 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     const float again = sum(y.dev).item();
     CHECK(std::memcmp(&first, &again, sizeof(float)) == 0);
 }
+
+#if defined(TESSEL_BACKEND_CUDA)
+// On a GPU: tessel's sums next to CUB's on the same inputs, both within the float bound of the
+// long-double reference (CUB's order differs, so the two need not agree bit for bit).
+TEST_CASE("sums agree with CUB DeviceReduce and DeviceSegmentedReduce", "[ops][reduce][cub]") {
+    auto x = testing::random_pair<float>({1031, 1033}, 21);
+    const std::int64_t n = x.dev.numel(), rows = 1031, cols = 1033;
+    auto cub_total = empty<float>({});
+    auto cub_rows = empty<float>({rows});
+    const rt::stream_t s = current_stream().handle();
+    std::size_t bytes = 0;
+    TESSEL_CUDA_CHECK(cub::DeviceReduce::Sum(nullptr, bytes, x.dev.data(), cub_total.data(), n, s));
+    void* temp = memory::allocate(bytes, s);
+    TESSEL_CUDA_CHECK(cub::DeviceReduce::Sum(temp, bytes, x.dev.data(), cub_total.data(), n, s));
+    memory::deallocate(temp);
+    std::vector<int> off(static_cast<std::size_t>(rows + 1));
+    for (std::size_t r = 0; r < off.size(); ++r) off[r] = int(std::int64_t(r) * cols);
+    const auto offsets = from_host<int>(std::span<const int>(off), {rows + 1});
+    TESSEL_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(nullptr, bytes, x.dev.data(), cub_rows.data(), int(rows), offsets.data(),
+                                                      offsets.data() + 1, s));
+    temp = memory::allocate(bytes, s);
+    TESSEL_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(temp, bytes, x.dev.data(), cub_rows.data(), int(rows), offsets.data(),
+                                                      offsets.data() + 1, s));
+    memory::deallocate(temp);
+
+    std::vector<double> all(x.host.data(), x.host.data() + n);
+    const double want = sum_of(all), bound = 200 * 6e-8 * abs_sum(all);
+    CHECK(std::fabs(double(sum(x.dev).item()) - want) <= bound);
+    CHECK(std::fabs(double(cub_total.item()) - want) <= bound);
+    const auto ours = sum(x.dev, {1}).to_vector(), theirs = cub_rows.to_vector();
+    std::size_t bad = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const std::vector<double> row(all.begin() + r * cols, all.begin() + (r + 1) * cols);
+        const double w = sum_of(row), b = 200 * 6e-8 * abs_sum(row);
+        bad += std::fabs(ours[std::size_t(r)] - w) > b || std::fabs(theirs[std::size_t(r)] - w) > b;
+    }
+    CHECK(bad == 0);
+}
+#endif

@@ -9,7 +9,7 @@
 
 #include <tessel/ops/rows.hpp>
 
-#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
 
 using namespace tessel;
 
@@ -17,22 +17,13 @@ namespace {
 
 template <class T>
 std::pair<Tensor<T>, std::vector<double>> random_rows(const Shape& s, std::uint64_t seed, double lo, double hi) {
-    const auto n = std::size_t(Layout::contiguous(s).numel());
-    const auto r = testing::random_vector<double>(n, seed, lo, hi);
-    std::vector<T> v(n);
-    std::vector<double> exact(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        v[i] = ops::cast<T>(r[i]);
-        exact[i] = convert<double>(v[i]);
-    }
-    return {from_host<T>(std::span<const T>(v), s), exact};
+    auto v = testing::random_host<T>(std::size_t(Layout::contiguous(s).numel()), seed, lo, hi);
+    std::vector<double> exact(v.n);
+    for (std::size_t i = 0; i < v.n; ++i) exact[i] = convert<double>(v.data()[i]);
+    return {from_host<T>(v.span(), s), exact};
 }
 
-template <class T>
-void poison_next(const Shape& s) {
-    auto p = empty<T>(s);
-    rt::memset_async(p.data(), 0xFF, std::size_t(p.numel()) * sizeof(T), current_stream().handle());
-}
+using testing::poison_next;
 
 template <class T>
 void compare(const Tensor<T>& got, const std::vector<double>& want, double atol, double rtol, const std::string& what) {

@@ -7,19 +7,15 @@
 
 #include <tessel/ops/sort.hpp>
 
-#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
 
 using namespace tessel;
 
 namespace {
 template <class T>
 std::pair<Tensor<T>, std::vector<T>> random_tensor(const Shape& s, std::uint64_t seed, double lo, double hi) {
-    const auto n = std::size_t(Layout::contiguous(s).numel());
-    const auto r = testing::random_vector<double>(n, seed, lo, hi);
-    std::vector<T> v(n);
-    detail::HostArray<T> h(n);
-    for (std::size_t i = 0; i < n; ++i) h.data()[i] = v[i] = ops::cast<T>(std::is_integral_v<T> ? std::floor(r[i]) : r[i]);
-    return {from_host<T>(h.span(), s), v};
+    auto h = testing::random_host<T>(std::size_t(Layout::contiguous(s).numel()), seed, lo, hi);
+    return {from_host<T>(h.span(), s), std::vector<T>(h.data(), h.data() + h.n)};
 }
 
 // Stable sort of each row by value (NaN after everything ascending, before everything descending).

@@ -52,6 +52,16 @@ private:
     T* p_;
 };
 
+// Kernels launched so far in this process: the sim counts them; on CUDA this is 0 and tests check
+// launch counts only on the sim.
+inline std::uint64_t launch_count() {
+#if defined(TESSEL_BACKEND_SIM)
+    return sim::launch_count();
+#else
+    return 0;
+#endif
+}
+
 inline double to_double(float v) { return v; }
 inline double to_double(double v) { return v; }
 inline double to_double(__half v) { return double(__half2float(v)); }

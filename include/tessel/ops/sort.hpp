@@ -1,9 +1,10 @@
 // Sorting and scanning along the last axis (another axis is moved there first): sort (stable,
 // ascending or descending, with the permutation), argsort, sort_by_key, cumsum, cumprod, unique.
 // On CUDA these are CUB's device algorithms (radix sort, scan, select) with temporary storage from
-// the caching allocator. On the sim they run Thrust's host (CPP) system after synchronising the
-// stream, ordering keys by the same bit patterns radix sort uses, so NaNs land where CUB puts them
-// (positive NaN after +inf; -0.0 equals +0.0).
+// the caching allocator. On the sim they run the C++ library's stable_sort / inclusive_scan on the
+// host after synchronising the stream (Thrust's host system was the first choice, but its sequential
+// radix sort trips UndefinedBehaviorSanitizer), ordering keys by the same bit patterns radix sort
+// uses, so NaNs land where CUB puts them (positive NaN after +inf; -0.0 equals +0.0).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #else
-#include <thrust/scan.h>
-#include <thrust/sort.h>
-#include <thrust/system/cpp/execution_policy.h>
-#include <thrust/unique.h>
+#include <algorithm>
 #endif
 
 #include "../memory/allocator.hpp"
@@ -167,7 +165,7 @@ Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::
             const T* src = in.data() + r * cols;
             std::int64_t* ix = idx.data() + r * cols;
             for (std::int64_t c = 0; c < cols; ++c) k[std::size_t(c)] = ops::detail::radix_key(src[c], descending), ix[c] = c;
-            thrust::stable_sort_by_key(thrust::cpp::par, k.begin(), k.end(), ix);
+            std::stable_sort(ix, ix + cols, [&](std::int64_t a, std::int64_t b) { return k[std::size_t(a)] < k[std::size_t(b)]; });
             for (std::int64_t c = 0; c < cols; ++c) keys.data()[r * cols + c] = src[ix[c]];
         }
 #endif
@@ -211,8 +209,8 @@ auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<rt::stre
         rt::stream_synchronize(stream);
         for (std::int64_t r = 0; r < n / cols; ++r) {
             Acc* row = acc.data() + r * cols;
-            if constexpr (Product) thrust::inclusive_scan(thrust::cpp::par, row, row + cols, row, [](Acc a, Acc b) { return a * b; });
-            else thrust::inclusive_scan(thrust::cpp::par, row, row + cols, row);
+            if constexpr (Product) std::inclusive_scan(row, row + cols, row, [](Acc a, Acc b) { return Acc(a * b); });
+            else std::inclusive_scan(row, row + cols, row);
         }
 #endif
     }
@@ -255,7 +253,7 @@ Tensor<T> unique(const Tensor<T>& x, std::optional<rt::stream_t> stream_opt = {}
         rt::stream_synchronize(stream);
         std::memcpy(out.data(), sorted.data(), std::size_t(x.numel()) * sizeof(T));
         auto same = [](const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0 || ops::detail::radix_key(a, false) == ops::detail::radix_key(b, false); };
-        count = thrust::unique(thrust::cpp::par, out.data(), out.data() + x.numel(), same) - out.data();
+        count = std::unique(out.data(), out.data() + x.numel(), same) - out.data();
 #endif
     }
     return out.narrow(0, 0, count);
