@@ -1,131 +1,129 @@
-// A tour of tessel: the device, a fused element-wise expression, a tiled shared-memory kernel, and
-// the memory figures, on the GPU (tessel::cuda) or on the CPU simulation (tessel::sim).
-#include <tessel/kernels/elementwise.cuh>
+// A tour of tessel: the device, tensors and fused expressions, reductions, softmax and layer_norm,
+// a device transpose, random numbers and sorting, the tiled shared-memory matmul, and the caching
+// allocator's figures, on the GPU (tessel::cuda) or on the CPU simulation (tessel::sim), where the
+// times are CPU times. Every result is checked against a host computation ("0 mismatches").
+#include <tessel/tessel.hpp>
 #include <tessel/kernels/tiled_matmul.cuh>
-#include <tessel/runtime/device.hpp>
-#include <tessel/runtime/launch.hpp>
 
 #include <cmath>
 #include <cstdio>
-#include <random>
-#include <vector>
+
+using namespace tessel;
 
 namespace {
-
-// Device memory for n values of T, freed on scope exit (tessel::Tensor will take this role).
-template <class T>
-struct DeviceBuffer {
-    std::size_t n;
-    T* p = static_cast<T*>(tessel::rt::malloc_device(n * sizeof(T)));
-    explicit DeviceBuffer(std::size_t count) : n(count) {}
-    explicit DeviceBuffer(const std::vector<T>& h) : n(h.size()) { tessel::rt::memcpy(p, h.data(), n * sizeof(T)); }
-    ~DeviceBuffer() { tessel::rt::free_device(p); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    std::vector<T> to_host() const {
-        std::vector<T> h(n);
-        tessel::rt::memcpy(h.data(), p, n * sizeof(T));
-        return h;
-    }
-};
-
-// relu(alpha * a + b), fused: one read of a and b, one write, no temporaries.
-struct ScaleAddRelu {
-    float alpha;
-    __host__ __device__ float operator()(float a, float b) const {
-        const float v = alpha * a + b;
-        return v > 0.f ? v : 0.f;
-    }
-};
-
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
+// Times `work` (queued on s) with events, in milliseconds.
+template <class F>
+float time_ms(const Stream& s, F&& work) {
+    Event start, stop;
+    start.record(s);
+    work();
+    stop.record(s);
+    stop.synchronize();
+    return start.elapsed_ms(stop);
 }
-
 }  // namespace
 
 int main() try {
-    std::printf("tessel tour (backend: %s)\n\n", tessel::backend_name);
-    if (!tessel::is_available()) {
-        std::printf("%s\n", tessel::unavailable_reason().c_str());
+    std::printf("tessel tour (backend: %s)\n\n", backend_name);
+    if (!is_available()) {
+        std::printf("%s\n", unavailable_reason().c_str());
         return 1;
     }
+    const auto p = properties();
+    const auto v = versions();
+    std::printf("1. device %d: %s, compute capability %s, %d SMs, %.1f GiB, L2 %d KiB, %.0f GB/s theoretical%s\n",
+                p.index, p.name.c_str(), p.compute_capability().c_str(), p.sm_count, double(p.total_memory) / (1 << 30),
+                p.l2_cache_bytes / 1024, p.theoretical_bandwidth_gbs(), p.simulated ? " (nominal for the sim)" : "");
+    std::printf("   runtime %s, driver %s: %s\n\n", version_string(v.runtime).c_str(), version_string(v.driver).c_str(),
+                v.verdict.c_str());
+    const Stream s = Stream::create();
+    const StreamGuard on_s(s);  // s is the current stream: every op below and every copy back is ordered on it
+    std::size_t mismatches = 0;
 
-    // 1. The device.
-    const auto p = tessel::properties();
-    const auto v = tessel::versions();
-    std::printf("1. device %d: %s\n", p.index, p.name.c_str());
-    std::printf("   compute capability %s, %d SMs, %.1f GiB memory (%.1f GiB free), L2 %d KiB\n",
-                p.compute_capability().c_str(), p.sm_count, double(p.total_memory) / (1 << 30),
-                double(p.free_memory) / (1 << 30), p.l2_cache_bytes / 1024);
-    std::printf("   shared memory per block %zu KiB (%zu KiB opt-in), memory bandwidth %.0f GB/s (theoretical%s)\n",
-                p.shared_memory_per_block / 1024, p.shared_memory_per_block_optin / 1024, p.theoretical_bandwidth_gbs(),
-                p.simulated ? ", nominal for the sim" : "");
-    std::printf("   runtime %s, driver %s: %s\n\n", tessel::version_string(v.runtime).c_str(),
-                tessel::version_string(v.driver).c_str(), v.verdict.c_str());
-
-    tessel::rt::stream_t stream = tessel::rt::stream_create(true);
-    tessel::rt::event_t start = tessel::rt::event_create(), stop = tessel::rt::event_create();
-
-    // 2. A fused expression: y = relu(2a + b) over 1M elements.
+    // 2. Tensors and one fused kernel for a whole expression.
+    const std::int64_t n = 1 << 20;
+    Philox rng(2026);
+    auto a = rng.uniform<float>({n}, -1, 1), b = rng.uniform<float>({n}, -1, 1);
+    auto y = empty<float>({n});
+    const float ms = time_ms(s, [&] { (y = relu(2 * a + b) - 0.5f * sigmoid(a)).run(s); });
     {
-        const std::size_t n = 1 << 20;
-        const auto ha = random_floats(n, 1), hb = random_floats(n, 2);
-        DeviceBuffer<float> a(ha), b(hb), y(n);
-        const ScaleAddRelu f{2.f};
-        tessel::rt::event_record(start, stream);
-        tessel::launch(tessel::kernels::map<ScaleAddRelu, float, float, float>, 2 * p.sm_count, 256, 0, stream, n, f,
-                       y.p, a.p, b.p);
-        tessel::rt::event_record(stop, stream);
-        tessel::rt::stream_synchronize(stream);
-        const auto hy = y.to_host();
-        std::size_t wrong = 0;
-        // The GPU may contract 2a + b into one fused multiply-add: allow one rounding of slack.
-        for (std::size_t i = 0; i < n; ++i)
-            wrong += !(std::fabs(hy[i] - f(ha[i], hb[i])) <= 0x1p-23f * (2.f * std::fabs(ha[i]) + std::fabs(hb[i])));
-        const float ms = tessel::rt::event_elapsed_ms(start, stop);
-        std::printf("2. fused expression y = relu(2a + b), %zu floats: %.3f ms, %.1f GB/s, %zu mismatches\n\n", n, ms,
-                    3.0 * n * sizeof(float) / (ms * 1e6), wrong);
+        const auto ha = a.to_vector(), hb = b.to_vector(), hy = y.to_vector();
+        for (std::size_t i = 0; i < ha.size(); ++i) {
+            const double want = std::max(2.0 * ha[i] + hb[i], 0.0) - 0.5 / (1 + std::exp(-double(ha[i])));
+            mismatches += !(std::fabs(hy[i] - want) <= 1e-6 * (1 + std::fabs(want)));
+        }
     }
+    std::printf("2. (y = relu(2a + b) - 0.5 sigmoid(a)).run(s): one kernel, %lld floats, %.3f ms, %.1f GB/s\n",
+                (long long)n, ms, 3.0 * double(n) * 4 / (ms * 1e6));
 
-    // 3. A tiled shared-memory kernel: C = A * B, 255 x 257 x 259 (partial tiles everywhere).
+    // 3. Reductions over axes, softmax and layer_norm over rows, a transpose on the device.
+    auto m = rng.normal<float>({257, 1031}, 0, 1);
+    const auto row_sums = sum(m, {1}, false), col_max = amax(m, {0}, true);
+    const auto probs = softmax(m, -1), normed = layer_norm(m, std::nullopt, std::nullopt, 1e-5);
+    const auto mt = m.transpose(0, 1).contiguous(s.handle());
     {
-        const int m = 255, n = 257, k = 259;
-        using Tile = tessel::kernels::MatmulTile<64, 64, 16, 4, 4>;
-        const auto ha = random_floats(std::size_t(m) * k, 3), hb = random_floats(std::size_t(k) * n, 4);
-        DeviceBuffer<float> a(ha), b(hb), c(std::size_t(m) * n);
-        tessel::rt::event_record(start, stream);
-        tessel::launch(tessel::kernels::tiled_matmul<float, float, Tile>, Tile::grid(m, n), Tile::block(), 0, stream, m,
-                       n, k, 1.f, a.p, k, b.p, n, 0.f, c.p, n);
-        tessel::rt::event_record(stop, stream);
-        tessel::rt::stream_synchronize(stream);
-        const auto hc = c.to_host();
-        double max_err = 0;
-        for (int i = 0; i < m; ++i)
-            for (int j = 0; j < n; ++j) {
-                double s = 0;
-                for (int q = 0; q < k; ++q) s += double(ha[std::size_t(i) * k + q]) * hb[std::size_t(q) * n + j];
-                max_err = std::fmax(max_err, std::fabs(s - hc[std::size_t(i) * n + j]));
+        const auto hm = m.to_vector(), hs = row_sums.to_vector(), hx = col_max.to_vector(), hp = probs.to_vector();
+        const auto hn = normed.to_vector(), ht = mt.to_vector();
+        for (int r = 0; r < 257; ++r) {
+            double total = 0, mx = -1e300, mean = 0, var = 0, z = 0;
+            for (int c = 0; c < 1031; ++c) total += hm[std::size_t(r * 1031 + c)], mx = std::max(mx, double(hm[std::size_t(r * 1031 + c)]));
+            mean = total / 1031;
+            for (int c = 0; c < 1031; ++c) {
+                const double x = hm[std::size_t(r * 1031 + c)];
+                var += (x - mean) * (x - mean) / 1031, z += std::exp(x - mx);
             }
-        const float ms = tessel::rt::event_elapsed_ms(start, stop);
-        std::printf("3. tiled matmul %dx%dx%d (64x64x16 tiles, 4x4 per thread): %.3f ms, %.2f GFLOP/s, "
-                    "max |error| vs double %.2e\n\n", m, n, k, ms, 2.0 * m * n * k / (ms * 1e6), max_err);
+            mismatches += std::fabs(hs[std::size_t(r)] - total) > 1e-3;
+            for (int c = 0; c < 1031; c += 7) {
+                const double x = hm[std::size_t(r * 1031 + c)];
+                mismatches += std::fabs(hp[std::size_t(r * 1031 + c)] - std::exp(x - mx) / z) > 1e-6;
+                mismatches += std::fabs(hn[std::size_t(r * 1031 + c)] - (x - mean) / std::sqrt(var + 1e-5)) > 1e-4;
+                mismatches += ht[std::size_t(c * 257 + r)] != hm[std::size_t(r * 1031 + c)];
+                mismatches += hx[std::size_t(c)] < hm[std::size_t(r * 1031 + c)];
+            }
+        }
+    }
+    std::printf("3. sum over axis 1, amax over axis 0, softmax and layer_norm of 257 rows of 1031, transpose: done\n");
+
+    // 4. Random numbers and sorting.
+    const auto z = rng.normal<double>({100001}, 0, 1);
+    const double avg = mean(z, {}, false).item(), sd = stddev(z, {}, 0, false).item();
+    const auto sorted = sort(z, -1, false);
+    const auto hz = sorted.values.to_vector();
+    for (std::size_t i = 1; i < hz.size(); ++i) mismatches += hz[i - 1] > hz[i];
+    mismatches += !(std::fabs(avg) <= 0.02 && std::fabs(sd - 1) <= 0.02);
+    std::printf("4. Philox normal draws: mean %+.4f, std %.4f (100001 values), sorted by %s\n", avg, sd,
+                backend == Backend::sim ? "the C++ library (the sim's path)" : "CUB's radix sort");
+
+    // 5. A tiled shared-memory kernel through tessel::launch: C = A * B, 255 x 257 x 259.
+    {
+        const int mm = 255, nn = 257, kk = 259;
+        using Tile = kernels::MatmulTile<64, 64, 16, 4, 4>;
+        auto A = rng.uniform<float>({mm, kk}, -1, 1), B = rng.uniform<float>({kk, nn}, -1, 1);
+        auto C = empty<float>({mm, nn});
+        const float t = time_ms(s, [&] {
+            launch(kernels::tiled_matmul<float, float, Tile>, Tile::grid(mm, nn), Tile::block(), 0, s.handle(), mm, nn, kk, 1.f,
+                   A.data(), kk, B.data(), nn, 0.f, C.data(), nn);
+        });
+        const auto ha = A.to_vector(), hb = B.to_vector(), hc = C.to_vector();
+        double err = 0;
+        for (int i = 0; i < mm; ++i)
+            for (int j = 0; j < nn; ++j) {
+                double acc = 0;
+                for (int q = 0; q < kk; ++q) acc += double(ha[std::size_t(i * kk + q)]) * hb[std::size_t(q * nn + j)];
+                err = std::max(err, std::fabs(acc - hc[std::size_t(i * nn + j)]));
+            }
+        mismatches += err > 1e-4;
+        std::printf("5. tiled matmul %dx%dx%d: %.3f ms, %.2f GFLOP/s, max |error| vs double %.1e\n", mm, nn, kk, t,
+                    2.0 * mm * nn * kk / (t * 1e6), err);
     }
 
-    // 4. Memory.
-    const auto mem = tessel::rt::memory_info();
-    std::printf("4. device memory: %.1f MiB in use of %.1f MiB (runtime figures; the caching allocator's summary\n"
-                "   arrives with tessel::Tensor)\n", double(mem.total_bytes - mem.free_bytes) / (1 << 20),
-                double(mem.total_bytes) / (1 << 20));
-
-    tessel::rt::event_destroy(start);
-    tessel::rt::event_destroy(stop);
-    tessel::rt::stream_destroy(stream);
-    return 0;
+    // 6. The caching allocator.
+    const auto st = memory::stats();
+    std::printf("6. caching allocator: %.1f MiB allocated now, peak %.1f MiB, %.1f MiB reserved, %lld device allocations\n",
+                double(st.allocated_bytes[0].current) / (1 << 20), double(st.allocated_bytes[0].peak) / (1 << 20),
+                double(st.reserved_bytes[0].current) / (1 << 20), (long long)st.num_device_alloc);
+    std::printf("\nmismatches: %zu\n", mismatches);
+    return mismatches == 0 ? 0 : 1;
 } catch (const std::exception& e) {
     std::fprintf(stderr, "tour failed: %s\n", e.what());
     return 1;

@@ -120,7 +120,7 @@ TEMPLATE_TEST_CASE("a depth-7 expression is one kernel and matches the double re
     // relative, plus its inputs' own rounding carried through; double: 1e-12.
     const double atol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 : 2e-2;
     const double rtol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 1e-5 : 8e-3;
-    for (std::int64_t n : {1, 2, 31, 33, 1000003}) {
+    for (std::int64_t n : {std::int64_t(1), std::int64_t(2), std::int64_t(31), std::int64_t(33), testing::large(1000003)}) {
         INFO("n " << n);
         auto a = random_operand<T>({n}, 1), b = random_operand<T>({n}, 2), c = random_operand<T>({n}, 3, -4, 4);
         auto out = poisoned<T>({n});
@@ -302,7 +302,7 @@ TEST_CASE("broadcasting, strided and permuted operands, strided outputs", "[ops]
 }
 
 TEST_CASE("in-place updates and the aliasing rules", "[ops][expression]") {
-    const std::int64_t n = 1000003;
+    const std::int64_t n = testing::large(1000003);
     auto a = random_operand<float>({n}, 41), b = random_operand<float>({n}, 42);
     (a.dev += b.dev * 2).run();
     (a.dev *= 0.5f).run();

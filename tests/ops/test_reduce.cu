@@ -130,7 +130,7 @@ struct Case {
 // and without vector loads), columns, several axes, keepdim.
 const std::vector<Case> cases = {
     {{1}, {}, false},          {{2}, {}, false},         {{31}, {}, false},         {{33}, {}, false},
-    {{1000003}, {}, false},    {{1000004}, {}, false},   {{33, 1031}, {1}, false},  {{33, 1032}, {1}, false},
+    {{testing::large(1000003)}, {}, false}, {{testing::large(1000004)}, {}, false},   {{33, 1031}, {1}, false},  {{33, 1032}, {1}, false},
     {{300, 40}, {-1}, false},  {{33, 1031}, {0}, false}, {{5, 31, 33}, {0, 2}, true}, {{5, 31, 33}, {1}, false},
     {{3, 4, 5, 6}, {0, 1, 2, 3}, true},
 };
@@ -221,11 +221,12 @@ TEST_CASE("integer and bool sums widen to int64; Welford var survives a large me
     CHECK(sum(b.dev).item() == trues);
 
     // Values 1e4 + U(-1, 1) in float: a one-pass sum of squares would lose all digits of the variance.
-    auto x = random_input<float>({1000003}, 10);
+    const std::int64_t n = testing::large(1000003);
+    auto x = random_input<float>({n}, 10);
     auto shifted = evaluate(x.dev + 1e4f);
     const double got = var(shifted).item();
     std::vector<double> hv;
-    for (std::int64_t i = 0; i < 1000003; ++i) hv.push_back(double(float(x.host.data()[i] + 1e4f)));
+    for (std::int64_t i = 0; i < n; ++i) hv.push_back(double(float(x.host.data()[i] + 1e4f)));
     const double want = variance(hv, 1);
     CHECK(std::fabs(got - want) <= 1e-3 * want);
 }
@@ -252,7 +253,7 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
                     [](const auto&) { return 0.0; });
 
     // Same input, same bits, every time (no atomics; the order depends on the shape only).
-    auto y = random_input<float>({1000003}, 12);
+    auto y = random_input<float>({testing::large(1000003)}, 12);
     const float first = sum(y.dev).item();
     const float again = sum(y.dev).item();
     CHECK(std::memcmp(&first, &again, sizeof(float)) == 0);

@@ -38,7 +38,6 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
                 " (shape ", t.defined() ? t.shape().to_string() : "undefined", ")");
     }
     DeviceGuard guard(device);
-    const int sms = ops::detail::multiprocessors(device);
     for (std::size_t first = 0; first < tensors.size(); first += amp_tensors_per_launch) {
         List list{};
         list.first_chunk[0] = 0;
@@ -50,7 +49,7 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
         }
         const std::int64_t chunks = list.first_chunk[list.count];
         if (chunks == 0) continue;
-        const auto blocks = unsigned(std::clamp<std::int64_t>(chunks, 1, std::int64_t(sms) * 8));
+        const auto blocks = unsigned(std::clamp<std::int64_t>(chunks, 1, ops::detail::max_blocks(device, 8)));
         launch(kernels::unscale_and_check<T, amp_tensors_per_launch, chunk>, GridDim(blocks, site), dim3(256), 0, stream, list,
                inv_scale, found_nonfinite);
     }

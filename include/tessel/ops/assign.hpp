@@ -92,6 +92,13 @@ inline int multiprocessors(Device d) {
     return v;
 }
 
+// The most blocks a grid-stride kernel gets: `per_sm` per multiprocessor on a GPU; on the sim, whose
+// blocks run on a few worker threads, 2 per simulated SM (more blocks only add per-block cost, which
+// ThreadSanitizer builds pay heavily).
+inline std::int64_t max_blocks(Device d, int per_sm) {
+    return std::int64_t(multiprocessors(d)) * (backend == Backend::sim ? 2 : per_sm);
+}
+
 inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 }  // namespace detail
@@ -188,10 +195,10 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
 
-    const int sms = detail::multiprocessors(device);
+    const std::int64_t cap = detail::max_blocks(device, 32);
     constexpr unsigned threads = 256;
     auto blocks_for_work = [&](std::int64_t work) {
-        return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, std::int64_t(sms) * 32)));
+        return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, cap)));
     };
     const bool contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
                             std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });

@@ -50,7 +50,6 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
         if (in[d] == 1) i = d;
 
     DeviceGuard guard(device);
-    const int sms = detail::multiprocessors(device);
     const auto extent = layout.extent();
     const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest < std::numeric_limits<std::int32_t>::max();
     auto run = [&]<class E, class I>(E, I) {
@@ -64,7 +63,7 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
                 g.shape[d] = I(shape[d]);
                 g.in_stride[d] = in[d];
             }
-            const auto blocks = unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, std::int64_t(sms) * 32));
+            const auto blocks = unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
             launch(kernels::gather_strided<E, I>, blocks, dim3(256), 0, stream, src, to, g, I(n));
         } else {
             kernels::PermuteTiles<I> p{I(shape[i]), I(shape[j]), in[j], out[i], 0, 1, {}, {}, {}};
@@ -78,7 +77,7 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
             }
             constexpr int tile = 32, rows = 8;
             const std::int64_t tiles = (shape[i] + tile - 1) / tile * ((shape[j] + tile - 1) / tile) * std::int64_t(p.batches);
-            const auto blocks = unsigned(std::clamp<std::int64_t>(tiles, 1, std::int64_t(sms) * 64));
+            const auto blocks = unsigned(std::clamp<std::int64_t>(tiles, 1, detail::max_blocks(device, 64)));
             launch(kernels::permute_tiles<E, tile, rows, I>, blocks, dim3(tile, rows), 0, stream, src, to, p);
         }
     };

@@ -34,7 +34,7 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
     DeviceGuard guard(device);
     constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
     const std::uint64_t blocks_needed = (offset % per_block + n + per_block - 1) / per_block;
-    const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(multiprocessors(device)) * 32));
+    const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(max_blocks(device, 32))));
     launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, stream ? *stream : current_stream(device).handle(), t.data(),
            n, seed, offset, a, b);
 }

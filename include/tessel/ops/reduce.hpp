@@ -112,7 +112,6 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     if (chunk > 0) splits = std::max<std::int64_t>(1, (K + chunk - 1) / chunk);
     const int threads_per_output = K >= 1024 ? 256 : 32;
 
-    const int sms = multiprocessors(device);
     DeviceGuard guard(device);
     A* partial = nullptr;
     if (splits > 1) partial = static_cast<A*>(memory::allocate(std::size_t(M * splits) * sizeof(A), stream));
@@ -127,7 +126,7 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
             ix.inner_stride[d] = inner_strides[d];
         }
         const std::int64_t items = M * splits, groups = 256 / threads_per_output;
-        const GridDim grid(unsigned(std::clamp<std::int64_t>((items + groups - 1) / groups, 1, std::int64_t(sms) * 32)), site);
+        const GridDim grid(unsigned(std::clamp<std::int64_t>((items + groups - 1) / groups, 1, max_blocks(device, 32))), site);
         auto launch_with = [&]<int Threads, int W>() {
             launch(kernels::reduce<Threads, W, Op, T, I>, grid, dim3(256), 0, stream, x.data(), ix, op, I(M), I(K), I(splits),
                    I(chunk), partial, out.data());

@@ -114,9 +114,8 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
             " elements; row kernels index with 32 bits (split the tensor)");
     using I = std::uint32_t;
     DeviceGuard guard(device);
-    const int sms = multiprocessors(device);
     if (cols <= 1024) {
-        const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, std::int64_t(sms) * 32));
+        const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, max_blocks(device, 32)));
         if (cols <= 128)
             launch(kernels::rows_per_warp<4, Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
                    I(cols), op);
@@ -124,7 +123,7 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
             launch(kernels::rows_per_warp<32, Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
                    I(cols), op);
     } else {
-        const auto blocks = unsigned(std::clamp<std::int64_t>(rows, 1, std::int64_t(sms) * 16));
+        const auto blocks = unsigned(std::clamp<std::int64_t>(rows, 1, max_blocks(device, 16)));
         launch(kernels::rows_per_block<Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
                I(cols), op);
     }
