@@ -34,7 +34,7 @@ void check_view(const std::string& what, const Tensor<T>& dev, const Tensor<T>& 
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("contiguous() of permuted, sliced and broadcast device views", "[ops][permute]", std::int8_t, __half, float,
+TEMPLATE_TEST_CASE("contiguous() of permuted, sliced and broadcast device views", "[ops][permute][slow_under_tsan]", std::int8_t, __half, float,
                    double) {
     using T = TestType;
     {

@@ -137,7 +137,7 @@ const std::vector<Case> cases = {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][reduce]", float, double, __nv_bfloat16) {
+TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][reduce][slow_under_tsan]", float, double, __nv_bfloat16) {
     using T = TestType;
     // Accumulation in float (double for double): the error of n additions is at most about
     // n_eff * eps * sum|x|, n_eff ~ 100 for these trees; a bf16 result adds one rounding (2^-8).
@@ -175,7 +175,7 @@ TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][re
     }
 }
 
-TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[ops][reduce]", float, __nv_bfloat16, std::int32_t) {
+TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[ops][reduce][slow_under_tsan]", float, __nv_bfloat16, std::int32_t) {
     using T = TestType;
     for (const Case& c : cases) {
         auto x = random_input<T>(c.shape, std::uint64_t(c.shape[0] * 7 + c.axes.size()), -100, 100);

@@ -56,7 +56,7 @@ std::vector<double> softmax_ref(const std::vector<double>& x, std::int64_t c, bo
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows]", float, double, __nv_bfloat16) {
+TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][slow_under_tsan]", float, double, __nv_bfloat16) {
     using T = TestType;
     // float: a row's sum carries ~(c/256 + 8) roundings (1e-5 relative leaves margin); bf16 output:
     // one rounding to 8 bits (2^-8 relative); double: 1e-13.
@@ -88,7 +88,7 @@ TEST_CASE("softmax along another axis moves it last and back", "[ops][rows]") {
     compare(got, want, 1e-30, 1e-5, "softmax over axis 0");
 }
 
-TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows]", float, __nv_bfloat16) {
+TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, __nv_bfloat16) {
     using T = TestType;
     const double atol = std::is_same_v<T, float> ? 2e-5 : 3e-2, rtol = std::is_same_v<T, float> ? 1e-5 : 8e-3;
     for (std::int64_t cols : {1, 31, 33, 1000, 1025, 4099}) {
