@@ -155,6 +155,15 @@ def write_markdown(runs, out, images):
         f.write(text)
 
 
+def save(fig, directory, name):
+    """Writes a finished chart as a PNG and frees it; returns the file's path."""
+    fig.tight_layout()
+    out = os.path.join(directory, name)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def charts(path, ctx, rows, directory):
     os.makedirs(directory, exist_ok=True)
     stem = os.path.splitext(os.path.basename(path))[0]
@@ -171,11 +180,7 @@ def charts(path, ctx, rows, directory):
         ax.set_xlabel("GB/s (achieved; lines: ceilings measured in the same run)")
         ax.set_title(f"{ctx.get('device', '?')}: bandwidth ({ctx.get('figures', '')})", fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        out = os.path.join(directory, f"{stem}-bandwidth.png")
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
-        made.append(out)
+        made.append(save(fig, directory, f"{stem}-bandwidth.png"))
     roof = [(name_of(b), b["flops_per_iter"] / b["bytes_per_iter"], b["GFLOP/s"]) for b in rows
             if b.get("GFLOP/s") and b.get("flops_per_iter") and b.get("bytes_per_iter")]
     if roof and ctx.get("ceiling_d2d_copy_gbs"):
@@ -196,11 +201,7 @@ def charts(path, ctx, rows, directory):
         ax.set_ylabel("GFLOP/s")
         ax.set_title(f"{ctx.get('device', '?')}: roofline ({ctx.get('figures', '')})", fontsize=9)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        out = os.path.join(directory, f"{stem}-roofline.png")
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
-        made.append(out)
+        made.append(save(fig, directory, f"{stem}-roofline.png"))
     ratios = vendor_ratios(rows)
     if ratios:
         names = list(ratios)
@@ -210,22 +211,14 @@ def charts(path, ctx, rows, directory):
         ax.set_xlabel("% of the vendor library's speed (vendor time / tessel time; higher is better)")
         ax.set_title(f"{ctx.get('device', '?')}: tessel vs cuBLAS / cuDNN / CUB ({ctx.get('figures', '')})", fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        out = os.path.join(directory, f"{stem}-vs-vendor.png")
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
-        made.append(out)
+        made.append(save(fig, directory, f"{stem}-vs-vendor.png"))
     fl = [(name_of(b), b["GFLOP/s"]) for b in rows if b.get("GFLOP/s")]
     if fl:
         fig, ax = plt.subplots(figsize=(10, 0.35 * len(fl) + 1.5))
         ax.barh([n for n, _ in fl], [v for _, v in fl], color="#228833")
         ax.set_xlabel("GFLOP/s")
         ax.set_title(f"{ctx.get('device', '?')}: arithmetic rate ({ctx.get('figures', '')})", fontsize=9)
-        fig.tight_layout()
-        out = os.path.join(directory, f"{stem}-flops.png")
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
-        made.append(out)
+        made.append(save(fig, directory, f"{stem}-flops.png"))
     return made
 
 
