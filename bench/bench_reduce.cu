@@ -1,7 +1,8 @@
-// Reductions: the full fp32 sum of 2^28 elements (1 GiB) against CUB's DeviceReduce::Sum, and row
-// sums of a 16384 x 16384 fp32 matrix against CUB's DeviceSegmentedReduce::Sum, as GB/s and % of
-// the device copy bandwidth (bytes read only: a reduction writes almost nothing). The sim runs 2^20
-// elements and 256 x 4096, a smoke test whose times are CPU times.
+// Reductions: the full fp32 sum of 2^28 elements (1 GiB) against CUB's DeviceReduce::Sum, row
+// sums of a 16384 x 16384 fp32 matrix against CUB's DeviceSegmentedReduce::Sum, column sums of the
+// same matrix (the column kernel), and a fused dot product sum(a * b) of 2 x 2^27 floats against
+// cublasSdot, as GB/s and % of the device copy bandwidth (bytes read only: a reduction writes almost
+// nothing). The sim runs 2^20 elements and 256 x 4096, a smoke test whose times are CPU times.
 #include <benchmark/benchmark.h>
 
 #include "harness.hpp"
@@ -102,11 +103,69 @@ void BM_row_sum(benchmark::State& state, int impl) {
     if (temp) tessel::memory::deallocate(temp);
 }
 
+// Column sums: tessel::sum over axis 0 (32 neighbouring columns per block, coalesced reads).
+void BM_col_sum(benchmark::State& state) {
+    const std::int64_t rows = sim() ? 4096 : 16384, cols = sim() ? 256 : 16384;
+    auto x = tessel::bench::random_tensor<float>({rows, cols}, 3);
+    auto out = tessel::empty<float>({cols});
+    tessel::Stream s = tessel::current_stream();
+    tessel::bench::time_region(state, s, [&] { out = tessel::sum(x, {0}, false, s.handle()); });
+    tessel::bench::report_bytes(state, 4.0 * double(rows * cols));
+    const auto v = x.to_vector();
+    const auto got = out.to_vector();
+    double worst = 0;
+    for (std::int64_t c = 0; c < cols; c += std::max<std::int64_t>(1, cols / 64)) {
+        long double want = 0, mag = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+            want += v[std::size_t(r * cols + c)];
+            mag += std::fabs(v[std::size_t(r * cols + c)]);
+        }
+        worst = std::max(worst, double(std::fabs(got[std::size_t(c)] - want) / mag));
+    }
+    tessel::bench::report_error(state, worst, 1e-6);
+    state.SetLabel("tessel, " + std::to_string(rows) + " x " + std::to_string(cols) + " floats over axis 0");
+}
+
+// Dot product: impl 0: tessel::sum(a * b), one fused kernel (plus the ordered combination of the
+// splits); 1: cublasSdot with the result left on the device.
+void BM_dot(benchmark::State& state, int impl) {
+    const std::int64_t n = sim() ? (std::int64_t(1) << 20) : (std::int64_t(1) << 27);
+    auto a = tessel::bench::random_tensor<float>({n}, 4), b = tessel::bench::random_tensor<float>({n}, 5);
+    auto out = tessel::empty<float>({});
+    tessel::Stream s = tessel::current_stream();
+#if defined(TESSEL_BACKEND_CUDA)
+    tessel::cublas::Handle h(s.handle());
+    TESSEL_CUBLAS_CHECK(cublasSetPointerMode(h.get(), CUBLAS_POINTER_MODE_DEVICE));
+#endif
+    auto body = [&] {
+        if (impl == 0) {
+            out = tessel::sum(a * b, {}, false, s.handle());
+        } else {
+#if defined(TESSEL_BACKEND_CUDA)
+            TESSEL_CUBLAS_CHECK(cublasSdot(h.get(), int(n), a.data(), 1, b.data(), 1, out.data()));
+#endif
+        }
+    };
+    tessel::bench::time_region(state, s, body);
+    tessel::bench::report_bytes(state, 8.0 * double(n));
+    const auto va = a.to_vector(), vb = b.to_vector();
+    long double want = 0, mag = 0;
+    for (std::size_t i = 0; i < va.size(); ++i) {
+        want += (long double)va[i] * vb[i];
+        mag += std::fabs((long double)va[i] * vb[i]);
+    }
+    tessel::bench::report_error(state, std::fabs(double(out.item()) - double(want)) / double(mag), 1e-6);
+    state.SetLabel(std::string(impl == 0 ? "tessel sum(a * b)" : "cublasSdot") + ", " + std::to_string(n) + " floats each");
+}
+
 // Registered by name: the implementation is the second component, so the report pairs tessel with CUB.
 const bool registered = [] {
     benchmark::RegisterBenchmark("BM_sum/tessel/f32", BM_sum, 0)->UseManualTime();
     benchmark::RegisterBenchmark("BM_row_sum/tessel/f32", BM_row_sum, 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_col_sum/tessel/f32", BM_col_sum)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_dot/tessel/f32", BM_dot, 0)->UseManualTime();
 #if defined(TESSEL_BACKEND_CUDA)
+    benchmark::RegisterBenchmark("BM_dot/cublas/f32", BM_dot, 1)->UseManualTime();
     benchmark::RegisterBenchmark("BM_sum/cub/f32", BM_sum, 1)->UseManualTime();
     benchmark::RegisterBenchmark("BM_row_sum/cub/f32", BM_row_sum, 1)->UseManualTime();
 #endif

@@ -114,10 +114,11 @@ TEST_CASE("expression result types follow the documented promotion", "[ops][expr
 // ---- one launch, deep trees -----------------------------------------------------------------------
 
 TEMPLATE_TEST_CASE("a depth-7 expression is one kernel and matches the double reference", "[ops][expression]", float,
-                   double, __nv_bfloat16) {
+                   double, __nv_bfloat16, __half) {
     using T = TestType;
     // float: ~10 roundings of values below 10 -> 2e-5 absolute; bf16 output rounds to 8 bits: 2^-8
-    // relative, plus its inputs' own rounding carried through; double: 1e-12.
+    // relative, plus its inputs' own rounding carried through; float16 (11 bits, values far below
+    // its 65504 limit) within the same bound; double: 1e-12.
     const double atol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 : 2e-2;
     const double rtol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 1e-5 : 8e-3;
     for (std::int64_t n : {std::int64_t(1), std::int64_t(2), std::int64_t(31), std::int64_t(33), testing::large(1000003)}) {

@@ -1,6 +1,6 @@
 // Reductions against double-precision host loops: every operation, full and per-axis, keepdim,
-// strided input views, odd sizes (1, 2, 31, 33, 1000003) that exercise the warp, block, vector and
-// split paths, empty dims, error messages, bitwise reproducibility. The block each output will take
+// strided input views, odd sizes (1, 2, 31, 33, 1000003) that exercise the warp, block, vector,
+// column and split paths, empty dims, error messages, bitwise reproducibility. The block each output will take
 // from the cache is poisoned (0xFF) just before each reduction, so an unwritten element fails.
 #include <catch2/catch.hpp>
 
@@ -15,6 +15,7 @@
 #endif
 
 #include "../reference/elementwise.hpp"
+#include "../support/device_array.hpp"
 #include "../support/random_tensor.hpp"
 
 using namespace tessel;
@@ -127,12 +128,13 @@ struct Case {
     bool keepdim;
 };
 // Full reductions of odd lengths (warp, block, split and vector paths), rows (warp and block, with
-// and without vector loads), columns, several axes, keepdim.
+// and without vector loads), columns (with and without splits, outputs over two kept dims), several
+// axes, keepdim.
 const std::vector<Case> cases = {
     {{1}, {}, false},          {{2}, {}, false},         {{31}, {}, false},         {{33}, {}, false},
     {{testing::large(1000003)}, {}, false}, {{testing::large(1000004)}, {}, false},   {{33, 1031}, {1}, false},  {{33, 1032}, {1}, false},
     {{300, 40}, {-1}, false},  {{33, 1031}, {0}, false}, {{5, 31, 33}, {0, 2}, true}, {{5, 31, 33}, {1}, false},
-    {{3, 4, 5, 6}, {0, 1, 2, 3}, true},
+    {{3, 4, 5, 6}, {0, 1, 2, 3}, true}, {{testing::large(100003), 7}, {0}, false}, {{2, 4001, 33}, {1}, true},
 };
 
 }  // namespace
@@ -175,7 +177,8 @@ TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][re
     }
 }
 
-TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[ops][reduce][slow_under_tsan]", float, __nv_bfloat16, std::int32_t) {
+TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[ops][reduce][slow_under_tsan]", float, __nv_bfloat16, __half,
+                   std::int32_t) {
     using T = TestType;
     for (const Case& c : cases) {
         auto x = random_input<T>(c.shape, std::uint64_t(c.shape[0] * 7 + c.axes.size()), -100, 100);
@@ -206,7 +209,7 @@ TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[
                     [](const auto& v) {
                         double p = 1;
                         for (double e : v) p *= std::fabs(e);
-                        return (std::is_same_v<T, __nv_bfloat16> ? 1.0 / 128 : std::is_integral_v<T> ? 0 : 1e-5) * p;
+                        return (std::is_same_v<T, __nv_bfloat16> ? 1.0 / 128 : std::is_same_v<T, __half> ? 1.0 / 1024 : std::is_integral_v<T> ? 0 : 1e-5) * p;
                     });
 }
 
@@ -257,6 +260,52 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     const float first = sum(y.dev).item();
     const float again = sum(y.dev).item();
     CHECK(std::memcmp(&first, &again, sizeof(float)) == 0);
+}
+
+// Host values of an expression, computed in double from the inputs' host copies, as an Input whose
+// device side only carries the shape.
+template <class F>
+Input<float> expression_values(const Shape& shape, F&& value_at) {
+    Tensor<float> h = empty<float>(shape, {.space = MemorySpace::host});
+    std::int64_t i = 0;
+    for_each_index(shape, [&](const std::vector<std::int64_t>& idx) { h.data()[i++] = float(value_at(idx)); });
+    return {empty<float>(shape), h};
+}
+
+TEST_CASE("reductions of expressions are fused: one pass, nothing materialised", "[ops][reduce]") {
+    auto a = random_input<float>({33, 1031}, 21), b = random_input<float>({1031}, 22), c = random_input<float>({33, 1031}, 23);
+    auto tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
+    const auto A = [&](std::int64_t i, std::int64_t j) { return double(a.host.data()[i * 1031 + j]); };
+    const auto B = [&](std::int64_t j) { return double(b.host.data()[j]); };
+    const auto C = [&](std::int64_t i, std::int64_t j) { return double(c.host.data()[i * 1031 + j]); };
+
+    // a * b + c with b broadcast over rows, over each axis and over everything (the split path).
+    auto fma = expression_values({33, 1031}, [&](const auto& x) { return A(x[0], x[1]) * B(x[1]) + C(x[0], x[1]); });
+    for (std::vector<int> axes : {std::vector<int>{}, {0}, {1}}) {
+        check_reduction("sum(a * b + c)", fma, axes, false, [&](const auto&, const Axes& ax, bool k) { return sum(a.dev * b.dev + c.dev, ax, k); },
+                        sum_of, tol);
+        check_reduction("var(a * b + c)", fma, axes, true, [&](const auto&, const Axes& ax, bool k) { return var(a.dev * b.dev + c.dev, ax, 1, k); },
+                        [](const auto& v) { return variance(v, 1); }, [&](const auto& v) { return 200 * 6e-8 * 20 * variance(v, 0) + 1e-12; });
+    }
+    // Squared differences of a transposed view: the strided (coordinate) evaluation.
+    auto sq = expression_values({1031, 33}, [&](const auto& x) { return (A(x[1], x[0]) - C(x[1], x[0])) * (A(x[1], x[0]) - C(x[1], x[0])); });
+    const auto at = a.dev.transpose(0, 1), ct = c.dev.transpose(0, 1);
+    check_reduction("mean((a' - c')^2)", sq, {1}, false, [&](const auto&, const Axes& ax, bool k) { return mean((at - ct) * (at - ct), ax, k); },
+                    [](const auto& v) { return sum_of(v) / double(v.size()); }, [&](const auto& v) { return tol(v) / double(v.size()); });
+    // Exact ones: the largest magnitude and where it is.
+    auto mag = expression_values({33, 1031}, [&](const auto& x) { return std::fabs(A(x[0], x[1]) - 0.5); });
+    check_reduction("amax(abs(a - 0.5))", mag, {1}, false, [&](const auto&, const Axes& ax, bool k) { return amax(abs(a.dev - 0.5f), ax, k); },
+                    [](const auto& v) { return *std::max_element(v.begin(), v.end()); }, [](const auto&) { return 0.0; });
+    check_reduction("argmax(abs(a - 0.5))", mag, {0}, false, [&](const auto&, const Axes& ax, bool k) { return argmax(abs(a.dev - 0.5f), ax, k); },
+                    [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); }, [](const auto&) { return 0.0; });
+
+    // One launch (no split for 33 outputs of 1031) and no temporary of the expression's size.
+    const auto before = testing::launch_count();
+    const auto rows = sum(a.dev * b.dev + c.dev, {1});
+    if (backend == Backend::sim) CHECK(testing::launch_count() - before == 1);
+    CHECK(rows.numel() == 33);
+    CHECK_THROWS_WITH(sum(a.dev * a.host), Catch::Contains("operand 1") && Catch::Contains("host memory"));
+    CHECK_THROWS_WITH(sum(a.dev * b.dev, {2}), Catch::Contains("axis 2 out of range"));
 }
 
 #if defined(TESSEL_BACKEND_CUDA)

@@ -1,7 +1,9 @@
 // softmax, log_softmax, layer_norm and rms_norm against double-precision host loops: row lengths
-// that take the warp path (1, 2, 31, 33, 1000) and the block path (1025, 4099), rows shifted by 1e4
-// (stability), another axis than the last, weights and biases, bad parameters. Outputs' cache blocks
-// are poisoned first.
+// that take the warp path (1, 2, 31, 33, 1000), the block path with the row cached in shared memory
+// (1025, 4099, 5000) and the two-pass block path for rows over 227 KiB (60000, 60001, 120008; double
+// from 29k), each with and without 16-byte vectors (lengths that are or are not a multiple of
+// 16 / sizeof(T)); rows shifted by 1e4 (stability), masked (-inf) entries, NaN, another axis than the
+// last, weights and biases, bad parameters. Outputs' cache blocks are poisoned first.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -33,7 +35,8 @@ void compare(const Tensor<T>& got, const std::vector<double>& want, double atol,
     std::ostringstream os;
     for (std::size_t i = 0; i < h.size(); ++i) {
         const double g = convert<double>(h[i]);
-        if (!(std::fabs(g - want[i]) <= atol + rtol * std::fabs(want[i])) && bad++ < 5)
+        const bool ok = std::isnan(want[i]) ? std::isnan(g) : g == want[i] || std::fabs(g - want[i]) <= atol + rtol * std::fabs(want[i]);
+        if (!ok && bad++ < 5)
             os << "\n  [" << i << "] expected " << want[i] << ", got " << g;
     }
     INFO(what << ": " << bad << " of " << h.size() << " wrong" << os.str());
@@ -45,8 +48,9 @@ std::vector<double> softmax_ref(const std::vector<double>& x, std::int64_t c, bo
     std::vector<double> y(x.size());
     for (std::size_t r = 0; r < x.size() / std::size_t(c); ++r) {
         const double* row = x.data() + r * std::size_t(c);
-        const double m = *std::max_element(row, row + c);
-        long double s = 0;
+        double m = -INFINITY;
+        for (std::int64_t k = 0; k < c; ++k) m = std::isnan(row[k]) || std::isnan(m) ? NAN : std::max(m, row[k]);
+        long double s = 0;  // a row of only -inf: exp(NaN) makes every output NaN, as in PyTorch
         for (std::int64_t k = 0; k < c; ++k) s += std::exp(row[k] - m);
         for (std::int64_t k = 0; k < c; ++k)
             y[r * std::size_t(c) + std::size_t(k)] = log ? row[k] - m - std::log(double(s)) : std::exp(row[k] - m) / double(s);
@@ -56,22 +60,51 @@ std::vector<double> softmax_ref(const std::vector<double>& x, std::int64_t c, bo
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][slow_under_tsan]", float, double, __nv_bfloat16) {
+TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][slow_under_tsan]", float, double, __nv_bfloat16,
+                   __half) {
     using T = TestType;
     // float: a row's sum carries ~(c/256 + 8) roundings (1e-5 relative leaves margin); bf16 output:
-    // one rounding to 8 bits (2^-8 relative); double: 1e-13.
-    const double rtol = std::is_same_v<T, double> ? 1e-13 : std::is_same_v<T, float> ? 1e-5 : 8e-3;
-    for (std::int64_t cols : {1, 2, 31, 33, 1000, 1025, 4099}) {
+    // one rounding to 8 bits (2^-8 relative); float16: to 11 bits (2^-11, 2e-3 with margin); double: 1e-13.
+    constexpr bool half = std::is_same_v<T, __half>;
+    const double rtol = std::is_same_v<T, double> ? 1e-13 : std::is_same_v<T, float> ? 1e-5 : half ? 2e-3 : 8e-3;
+    for (std::int64_t cols : {1, 2, 31, 33, 1000, 1025, 4099, 5000, 60000, 60001, 120008}) {
         for (double shift : {0.0, 1e4}) {
             INFO("cols " << cols << " shift " << shift);
             auto [x, xv] = random_rows<T>({7, cols}, std::uint64_t(cols), shift - 10, shift + 10);
             poison_next<T>({7, cols});
-            compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, rtol, "softmax");
+            // float16 outputs below 2^-14 are subnormal, spaced 2^-24 (values down to e^-20 occur).
+            compare(softmax(x), softmax_ref(xv, cols, false), half ? 6e-8 : 1e-30, rtol, "softmax");
             poison_next<T>({7, cols});
-            // log_softmax values reach -20; their error is relative to the row's log-sum (>= 1).
-            const double atol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 * (1 + std::fabs(shift) * 1e-3) : 0.1;
+            // log_softmax values reach -20; their error is relative to the row's log-sum (>= 1); a
+            // float16 output near -20 is spaced 2^-6.
+            const double atol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 2e-5 * (1 + std::fabs(shift) * 1e-3) : half ? 0.02 : 0.1;
             compare(log_softmax(x), softmax_ref(xv, cols, true), atol, rtol, "log_softmax");
         }
+    }
+}
+
+// Attention masks put -inf into rows: lanes or threads that see only -inf must not turn the row into
+// NaN; a row that is all -inf, or holds a NaN, is NaN throughout. Also the block paths on few rows
+// (this case runs under ThreadSanitizer too).
+TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
+    for (std::int64_t cols : {200, 1000, 1001, 1032, 1025}) {
+        INFO("cols " << cols);
+        auto v = testing::random_host<float>(std::size_t(4 * cols), std::uint64_t(cols), -5, 5);
+        float* h = v.data();
+        for (std::int64_t k = 0; k < cols; ++k) {
+            if (k < cols / 2) h[k] = -INFINITY;                 // row 0: the first half masked
+            if (k % 3 == 0) h[cols + k] = -INFINITY;            // row 1: every third masked
+            h[2 * cols + k] = -INFINITY;                        // row 2: all masked
+        }
+        h[3 * cols + cols / 3] = NAN;  // row 3: one NaN
+        std::vector<double> xv(v.n);
+        for (std::size_t i = 0; i < v.n; ++i) xv[i] = h[i];
+        const auto x = from_host<float>(v.span(), {4, cols});
+        // Poisoned with 7 rather than NaN, so the expected NaNs are written, not left over.
+        (void)full<float>({4, cols}, 7.0f);
+        compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
+        (void)full<float>({4, cols}, 7.0f);
+        compare(log_softmax(x), softmax_ref(xv, cols, true), 2e-5, 1e-5, "log_softmax");
     }
 }
 
@@ -88,10 +121,14 @@ TEST_CASE("softmax along another axis moves it last and back", "[ops][rows]") {
     compare(got, want, 1e-30, 1e-5, "softmax over axis 0");
 }
 
-TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, __nv_bfloat16) {
+TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, __nv_bfloat16,
+                   __half) {
     using T = TestType;
-    const double atol = std::is_same_v<T, float> ? 2e-5 : 3e-2, rtol = std::is_same_v<T, float> ? 1e-5 : 8e-3;
-    for (std::int64_t cols : {1, 31, 33, 1000, 1025, 4099}) {
+    // float: float statistics over up to 6e4 values; bf16 / float16 outputs of magnitude <= ~3 round
+    // to 8 / 11 bits (absolute 2^-7 / 2^-10 at 2-4, with margin).
+    constexpr bool half = std::is_same_v<T, __half>;
+    const double atol = std::is_same_v<T, float> ? 2e-5 : half ? 5e-3 : 3e-2, rtol = std::is_same_v<T, float> ? 1e-5 : half ? 2e-3 : 8e-3;
+    for (std::int64_t cols : {1, 31, 33, 1000, 1025, 4099, 5000, 60001}) {
         INFO("cols " << cols);
         auto [x, xv] = random_rows<T>({5, cols}, std::uint64_t(cols) + 1, 3, 7);  // mean far from 0
         auto [w, wv] = random_rows<T>({cols}, 100, 0.5, 1.5);

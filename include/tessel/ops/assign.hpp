@@ -80,23 +80,46 @@ inline std::pair<std::uintptr_t, std::uintptr_t> byte_range(const void* first, c
     return {at + std::uintptr_t(e->lowest) * element_size, at + std::uintptr_t(e->highest + 1) * element_size - 1};
 }
 
-// Multiprocessors of a device, asked once per device.
-inline int multiprocessors(Device d) {
+// A device attribute, asked once per device.
+template <cudaDeviceAttr Attribute>
+int device_attribute(Device d) {
     static std::array<std::atomic<int>, 64> cache{};
     auto& slot = cache[std::size_t(d.index) % cache.size()];
     int v = slot.load(std::memory_order_relaxed);
     if (v == 0 || d.index >= int(cache.size())) {
-        TESSEL_CUDA_CHECK(rt::api::cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d.index));
+        TESSEL_CUDA_CHECK(rt::api::cudaDeviceGetAttribute(&v, Attribute, d.index));
         if (d.index < int(cache.size())) slot.store(v, std::memory_order_relaxed);
     }
     return v;
 }
+inline int multiprocessors(Device d) { return device_attribute<cudaDevAttrMultiProcessorCount>(d); }
 
 // The most blocks a grid-stride kernel gets: `per_sm` per multiprocessor on a GPU; on the sim, whose
 // blocks run on a few worker threads, 2 per simulated SM (more blocks only add per-block cost, which
 // ThreadSanitizer builds pay heavily).
 inline std::int64_t max_blocks(Device d, int per_sm) {
     return std::int64_t(multiprocessors(d)) * (backend == Backend::sim ? 2 : per_sm);
+}
+
+// The tensor operands of `expr`, read as tensors of `shape`; each must be in device (or managed)
+// memory on `device` (`device_of` names what decided the device, for the message).
+template <class E>
+std::vector<LeafPlan> leaf_plans(const E& expr, const Shape& shape, Device device, const char* device_of) {
+    std::vector<LeafPlan> leaves;
+    leaves.reserve(std::size_t(E::leaf_count));
+    int operand = 0;
+    expr.visit_leaves([&](const auto& t) {
+        using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+        require(t.space() == MemorySpace::device || t.space() == MemorySpace::managed, "expression operand ", operand, " (",
+                dtype_traits<T>::name, ", shape ", t.shape().to_string(), ") is in ", space_name(t.space()),
+                " memory; move it to the device first (.to(MemorySpace::device))");
+        require(t.device() == device, "expression operand ", operand, " is on ", backend_name, ":", t.device().index, " but ",
+                device_of, " is on ", backend_name, ":", device.index, "; copy it with .to({.device = ...}) first");
+        leaves.push_back(LeafPlan{t.storage().get(), t.layout(), broadcast_strides(t.layout(), shape), t.data(), sizeof(T),
+                                  dtype_traits<T>::name});
+        ++operand;
+    });
+    return leaves;
 }
 
 inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
@@ -155,20 +178,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
                 ", strides ", out_.strides().to_string(), ") repeats elements along dim ", d,
                 " (a broadcast view); write into a tensor whose elements are distinct");
 
-    std::vector<LeafPlan> leaves;
-    leaves.reserve(std::size_t(E::leaf_count));
-    int operand = 0;
-    expr_.visit_leaves([&](const auto& t) {
-        using T = typename std::remove_cvref_t<decltype(t)>::value_type;
-        require(t.space() == MemorySpace::device || t.space() == MemorySpace::managed, "expression operand ", operand,
-                " (", dtype_traits<T>::name, ", shape ", t.shape().to_string(), ") is in ", space_name(t.space()),
-                " memory; move it to the device first (.to(MemorySpace::device))");
-        require(t.device() == device, "expression operand ", operand, " is on ", backend_name, ":", t.device().index,
-                " but the output is on ", backend_name, ":", device.index, "; copy it with .to({.device = ...}) first");
-        leaves.push_back(LeafPlan{t.storage().get(), t.layout(), detail::broadcast_strides(t.layout(), shape), t.data(),
-                                  sizeof(T), dtype_traits<T>::name});
-        ++operand;
-    });
+    std::vector<LeafPlan> leaves = detail::leaf_plans(expr_, shape, device, "the output");
     const std::int64_t n = out_.numel();
     if (n == 0) return;
 

@@ -5,8 +5,9 @@
 //
 // How: the reduced dims and the kept dims are each merged where contiguous; a warp (short rows)
 // or a 256-thread block (long rows) reduces each output, with 16-byte loads when rows are contiguous
-// and aligned; few outputs over many elements split each row across blocks, and a second kernel
-// combines the partial results in order (kernels/tessel/kernels/reduce.cuh).
+// and aligned; when the outputs are the contiguous side (columns), a block reduces 32 neighbouring
+// outputs with coalesced reads; few outputs over many elements split across blocks, and a second
+// kernel combines the partial results in order (kernels/tessel/kernels/reduce.cuh).
 #pragma once
 
 #include <algorithm>
@@ -55,117 +56,241 @@ inline void merge_dims(const Shape& shape, const Shape& strides, const std::vect
     }
 }
 
-template <class Op, Element T>
-Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, const Axes& axes, bool keepdim,
-                                  std::optional<rt::stream_t> stream_opt, std::source_location site) {
-    using Out = typename Op::out_t;
-    using A = typename Op::acc_t;
-    require(x.defined(), name, ": an undefined (default-constructed) tensor");
-    require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
-            space_name(x.space()), " memory; reductions run on a device: move it there first");
-    const int rank = x.dim();
+// Which dims a reduction reduces, the result's shape, and the elements each output combines.
+struct ReductionPlan {
+    std::vector<int> kept, reduced;
+    Shape out_shape;
+    std::int64_t K = 1;
+};
+inline ReductionPlan plan_reduction(const char* name, const Shape& shape, const Axes& axes, bool keepdim) {
+    const int rank = shape.size();
     std::array<bool, max_rank> reduced{};
     if (axes.dims.empty()) reduced.fill(true);
     for (int d : axes.dims) {
-        require(d >= -rank && d < std::max(rank, 1), name, ": axis ", d, " out of range for a tensor of rank ", rank,
-                " (shape ", x.shape().to_string(), ")");
+        require(d >= -rank && d < std::max(rank, 1), name, ": axis ", d, " out of range for a tensor of rank ", rank, " (shape ",
+                shape.to_string(), ")");
         const int w = d < 0 ? d + rank : d;
         require(rank == 0 || !reduced[std::size_t(w)], name, ": axis ", d, " given twice");
         if (rank > 0) reduced[std::size_t(w)] = true;
     }
-    Shape out_shape;
-    std::vector<int> kept, red;
-    std::int64_t K = 1;
+    ReductionPlan p;
     for (int d = 0; d < rank; ++d) {
         if (reduced[std::size_t(d)]) {
-            red.push_back(d);
-            K *= x.shape()[d];
-            if (keepdim) out_shape.push_back(1);
+            p.reduced.push_back(d);
+            p.K *= shape[d];
+            if (keepdim) p.out_shape.push_back(1);
         } else {
-            kept.push_back(d);
-            out_shape.push_back(x.shape()[d]);
+            p.kept.push_back(d);
+            p.out_shape.push_back(shape[d]);
         }
     }
+    return p;
+}
+
+// max, min and their arguments have no value over no elements.
+template <class Op, class T>
+inline constexpr bool needs_elements = std::is_same_v<Op, ExtremumReducer<T, true>> || std::is_same_v<Op, ExtremumReducer<T, false>> ||
+                                       std::is_same_v<Op, ArgExtremumReducer<T, true>> || std::is_same_v<Op, ArgExtremumReducer<T, false>>;
+
+// How each output's K elements are cut into `splits` pieces of `chunk` (a multiple of V). It
+// depends on the shape only, so the combination order (and the result) never depends on the device.
+struct Splitting {
+    std::int64_t splits, chunk;
+};
+inline Splitting split_for(std::int64_t M, std::int64_t K, bool columns, int V) {
+    constexpr std::int64_t per_split = 16384;
+    const std::int64_t column_tiles = (M + 31) / 32;
+    std::int64_t splits = columns ? std::clamp<std::int64_t>(std::min((K + 127) / 128, (1024 + column_tiles - 1) / column_tiles), 1, 1024)
+                          : M < 512 ? std::clamp<std::int64_t>((K + per_split - 1) / per_split, 1, 1024)
+                                    : 1;
+    std::int64_t chunk = (K + splits - 1) / splits;
+    chunk = (chunk + V - 1) / V * V;
+    if (chunk > 0) splits = std::max<std::int64_t>(1, (K + chunk - 1) / chunk);
+    return {splits, chunk};
+}
+
+// Scratch from the caching allocator, returned when the reduction has been queued (reused only by
+// work queued after it on the same stream).
+struct Partials {
+    void* p = nullptr;
+    Partials(std::size_t bytes, rt::stream_t stream) : p(bytes ? memory::allocate(bytes, stream) : nullptr) {}
+    Partials(const Partials&) = delete;
+    Partials& operator=(const Partials&) = delete;
+    ~Partials() {
+        if (p) memory::deallocate(p);
+    }
+};
+
+// Launches the reduction of `src` into M outputs: the column kernel, or the row kernel (a warp per
+// output for short rows, the block for long ones; V-wide loads if V > 1), then the ordered
+// combination of the partials when rows are split.
+template <int V, class Op, class Src, class I>
+void launch_reduction(const Src& src, const Op& op, bool columns, std::int64_t M, std::int64_t K, Splitting sp, Device device,
+                      rt::stream_t stream, std::source_location site, typename Op::out_t* out) {
+    using A = typename Op::acc_t;
+    const Partials partial(sp.splits > 1 ? std::size_t(M * sp.splits) * sizeof(A) : 0, stream);
+    A* scratch = static_cast<A*>(partial.p);
+    if (columns) {
+        const GridDim grid(unsigned(std::clamp<std::int64_t>((M + 31) / 32 * sp.splits, 1, max_blocks(device, 8))), site);
+        launch(kernels::reduce_columns<Op, Src, I>, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch,
+               out);
+    } else {
+        const int threads_per_output = K >= 1024 ? 256 : 32;
+        const std::int64_t items = M * sp.splits, groups = 256 / threads_per_output;
+        const GridDim grid(unsigned(std::clamp<std::int64_t>((items + groups - 1) / groups, 1, max_blocks(device, 32))), site);
+        auto kernel = threads_per_output == 256 ? kernels::reduce<256, V, Op, Src, I> : kernels::reduce<32, V, Op, Src, I>;
+        launch(kernel, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch, out);
+    }
+    if (sp.splits > 1)
+        launch(kernels::reduce_partials<Op, I>, GridDim(blocks_for(std::size_t(M), 256), site), dim3(256), 0, stream, scratch, op, I(M),
+               I(sp.splits), I(K), out);
+}
+
+template <class Op, Element T>
+Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, const Axes& axes, bool keepdim,
+                                  std::optional<rt::stream_t> stream_opt, std::source_location site) {
+    using Out = typename Op::out_t;
+    require(x.defined(), name, ": an undefined (default-constructed) tensor");
+    require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
+            space_name(x.space()), " memory; reductions run on a device: move it there first");
+    const ReductionPlan plan = plan_reduction(name, x.shape(), axes, keepdim);
+    const std::int64_t K = plan.K;
     const Device device = x.device();
     const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
-    Tensor<Out> out = empty<Out>(out_shape, TensorOptions{.device = device, .stream = stream});
+    Tensor<Out> out = empty<Out>(plan.out_shape, TensorOptions{.device = device, .stream = stream});
     const std::int64_t M = out.numel();
     if (M == 0) return out;
-    if constexpr (std::is_same_v<Op, ExtremumReducer<T, true>> || std::is_same_v<Op, ExtremumReducer<T, false>> ||
-                  std::is_same_v<Op, ArgExtremumReducer<T, true>> || std::is_same_v<Op, ArgExtremumReducer<T, false>>)
+    if constexpr (needs_elements<Op, T>)
         require(K > 0, name, ": the reduced dims of shape ", x.shape().to_string(), " are empty, and ", name,
                 " of no elements is undefined");
 
     Shape outer_shape, outer_strides, inner_shape, inner_strides;
-    merge_dims(x.shape(), x.strides(), kept, outer_shape, outer_strides);
-    merge_dims(x.shape(), x.strides(), red, inner_shape, inner_strides);
-
-    // Splits depend on the shape only, so the combination order (and the result) never depends on the device.
-    constexpr std::int64_t per_split = 16384;
-    std::int64_t splits = M < 512 ? std::clamp<std::int64_t>((K + per_split - 1) / per_split, 1, 1024) : 1;
+    merge_dims(x.shape(), x.strides(), plan.kept, outer_shape, outer_strides);
+    merge_dims(x.shape(), x.strides(), plan.reduced, inner_shape, inner_strides);
+    // Columns: neighbouring outputs are neighbours in memory and the reduced elements are not.
+    const bool columns = outer_strides[outer_strides.size() - 1] == 1 && inner_strides[inner_strides.size() - 1] != 1;
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
-    bool vector = V > 1 && inner_shape.size() == 1 && inner_strides[0] == 1 && K % V == 0 &&
-                  reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0;
+    bool vector = !columns && V > 1 && inner_shape.size() == 1 && inner_strides[0] == 1 && K % V == 0 && aligned(x.data(), 16);
     for (int d = 0; vector && d < outer_strides.size(); ++d) vector = outer_strides[d] % V == 0;
-    std::int64_t chunk = (K + splits - 1) / splits;
-    if (vector) chunk = (chunk + V - 1) / V * V;
-    if (chunk > 0) splits = std::max<std::int64_t>(1, (K + chunk - 1) / chunk);
-    const int threads_per_output = K >= 1024 ? 256 : 32;
+    const Splitting sp = split_for(M, K, columns, vector ? V : 1);
 
     DeviceGuard guard(device);
-    A* partial = nullptr;
-    if (splits > 1) partial = static_cast<A*>(memory::allocate(std::size_t(M * splits) * sizeof(A), stream));
     auto go = [&]<class I>(I) {
-        kernels::ReduceIndexer<I> ix{outer_shape.size(), inner_shape.size(), {}, {}, {}, {}};
+        kernels::TensorSource<T, I> src{x.data(), {outer_shape.size(), inner_shape.size(), {}, {}, {}, {}}};
         for (int d = 0; d < outer_shape.size(); ++d) {
-            ix.outer_shape[d] = I(outer_shape[d]);
-            ix.outer_stride[d] = outer_strides[d];
+            src.ix.outer_shape[d] = I(outer_shape[d]);
+            src.ix.outer_stride[d] = outer_strides[d];
         }
         for (int d = 0; d < inner_shape.size(); ++d) {
-            ix.inner_shape[d] = I(inner_shape[d]);
-            ix.inner_stride[d] = inner_strides[d];
+            src.ix.inner_shape[d] = I(inner_shape[d]);
+            src.ix.inner_stride[d] = inner_strides[d];
         }
-        const std::int64_t items = M * splits, groups = 256 / threads_per_output;
-        const GridDim grid(unsigned(std::clamp<std::int64_t>((items + groups - 1) / groups, 1, max_blocks(device, 32))), site);
-        auto launch_with = [&]<int Threads, int W>() {
-            launch(kernels::reduce<Threads, W, Op, T, I>, grid, dim3(256), 0, stream, x.data(), ix, op, I(M), I(K), I(splits),
-                   I(chunk), partial, out.data());
-        };
-        if (threads_per_output == 256) {
-            if (vector) launch_with.template operator()<256, V>();
-            else launch_with.template operator()<256, 1>();
-        } else {
-            if (vector) launch_with.template operator()<32, V>();
-            else launch_with.template operator()<32, 1>();
-        }
-        if (splits > 1)
-            launch(kernels::reduce_partials<Op, I>, GridDim(blocks_for(std::size_t(M), 256), site), dim3(256), 0, stream, partial, op,
-                   I(M), I(splits), I(K), out.data());
+        if (vector) launch_reduction<V, Op, kernels::TensorSource<T, I>, I>(src, op, columns, M, K, sp, device, stream, site, out.data());
+        else launch_reduction<1, Op, kernels::TensorSource<T, I>, I>(src, op, columns, M, K, sp, device, stream, site, out.data());
     };
     const auto span = x.layout().extent();
-    const bool small = x.numel() < std::numeric_limits<std::int32_t>::max() && M * splits < std::numeric_limits<std::int32_t>::max() &&
+    const bool small = x.numel() < std::numeric_limits<std::int32_t>::max() && M * sp.splits < std::numeric_limits<std::int32_t>::max() &&
                        (!span || span->highest < std::numeric_limits<std::int32_t>::max());
-    try {
-        if (small) go(std::uint32_t{});
-        else go(std::uint64_t{});
-    } catch (...) {
-        if (partial) memory::deallocate(partial);
-        throw;
-    }
-    if (partial) memory::deallocate(partial);  // reused only by work queued after ours on this stream
+    if (small) go(std::uint32_t{});
+    else go(std::uint64_t{});
     return out;
+}
+
+// A reduction of an element-wise expression in one pass: each element is computed where the
+// reduction reads it (the same values, rounded to the expression's type, as reducing evaluate(expr)).
+template <class Op, class E>
+Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op op, const Axes& axes, bool keepdim,
+                                             std::optional<rt::stream_t> stream_opt, std::source_location site) {
+    using Out = typename Op::out_t;
+    using D = typename E::dtype;
+    const Shape shape = expr.shape();
+    const ReductionPlan plan = plan_reduction(name, shape, axes, keepdim);
+    const std::int64_t K = plan.K;
+    std::optional<Device> first;
+    expr.visit_leaves([&](const auto& t) {
+        if (!first) first = t.device();
+    });
+    const Device device = *first;
+    std::vector<LeafPlan> leaves = leaf_plans(expr, shape, device, "operand 0");
+    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    Tensor<Out> out = empty<Out>(plan.out_shape, TensorOptions{.device = device, .stream = stream});
+    const std::int64_t M = out.numel();
+    if (M == 0) return out;
+    if constexpr (needs_elements<Op, D>)
+        require(K > 0, name, ": the reduced dims of shape ", shape.to_string(), " are empty, and ", name, " of no elements is undefined");
+
+    // Kept dims first, reduced dims last: element k of output o is then flat element o * K + k.
+    std::vector<int> order = plan.kept;
+    order.insert(order.end(), plan.reduced.begin(), plan.reduced.end());
+    Shape ordered;
+    for (int d : order) ordered.push_back(shape[d]);
+    for (LeafPlan& l : leaves) {
+        Shape s;
+        for (int d : order) s.push_back(l.strides[d]);
+        l.strides = s;
+    }
+    const Iteration it = coalesce(ordered, Layout::contiguous(ordered).strides, leaves);
+    const LeafPlan* next = leaves.data();
+    const auto lowered = expr.lower(next);
+    using Lowered = std::remove_cvref_t<decltype(lowered)>;
+    static_assert(sizeof(Lowered) + 128 <= kernel_parameter_limit,
+                  "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
+                  "part of it into a tensor first");
+    const bool linear = it.shape.size() == 1 &&
+                        std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
+    const Splitting sp = split_for(M, K, false, 1);
+
+    DeviceGuard guard(device);
+    auto go = [&]<class I, bool Linear>() {
+        using Src = kernels::ExpressionSource<D, Lowered, I, Linear>;
+        Src src{lowered, I(K), it.shape.size(), {}};
+        for (int d = 0; d < it.shape.size(); ++d) src.shape[d] = I(it.shape[d]);
+        launch_reduction<1, Op, Src, I>(src, op, false, M, K, sp, device, stream, site, out.data());
+    };
+    const bool small = M * K < std::numeric_limits<std::int32_t>::max() && M * sp.splits < std::numeric_limits<std::int32_t>::max();
+    if (small && linear) go.template operator()<std::uint32_t, true>();
+    else if (small) go.template operator()<std::uint32_t, false>();
+    else if (linear) go.template operator()<std::uint64_t, true>();
+    else go.template operator()<std::uint64_t, false>();
+    return out;
+}
+
+// Either kind of input: a tensor, or an expression reduced without materialising it.
+template <class Op, class X>
+auto reduce_any(const char* name, const X& x, Op op, const Axes& axes, bool keepdim, std::optional<rt::stream_t> stream,
+                std::source_location site) {
+    if constexpr (is_tensor<X>) return reduce(name, x, op, axes, keepdim, stream, site);
+    else return reduce_expression(name, x, op, axes, keepdim, stream, site);
 }
 
 }  // namespace ops::detail
 
+namespace ops {
+// What a reduction takes: a tensor, or an element-wise expression (reduced in the same kernel that
+// computes it: sum(a * b), amax(abs(x)), mean((a - b) * (a - b)) read a and b once and write nothing else).
+template <class X>
+concept reducible = is_tensor<X> || node<X>;
+template <class X>
+struct element_of_s {
+    using type = typename X::dtype;
+};
+template <Element T>
+struct element_of_s<Tensor<T>> {
+    using type = T;
+};
+template <class X>
+using element_of = typename element_of_s<X>::type;
+}  // namespace ops
+
 // sum and prod (integers and bool give int64), mean (integers give float32; no elements give NaN),
 // amax and amin (NaN if any), argmax and argmin (flat index within the reduced dims, first on ties),
 // all and any (values taken as bool).
-#define TESSEL_REDUCTION(fn, ...)                                                                                    \
-    template <Element T>                                                                                            \
-    auto fn(const Tensor<T>& x, const Axes& axes = {}, bool keepdim = false, std::optional<rt::stream_t> stream = {}, \
-            std::source_location site = std::source_location::current()) {                                         \
-        return ops::detail::reduce(#fn, x, __VA_ARGS__{}, axes, keepdim, stream, site);                                 \
+#define TESSEL_REDUCTION(fn, ...)                                                                                     \
+    template <ops::reducible X>                                                                                      \
+    auto fn(const X& x, const Axes& axes = {}, bool keepdim = false, std::optional<rt::stream_t> stream = {},          \
+            std::source_location site = std::source_location::current()) {                                          \
+        using T = ops::element_of<X>;                                                                                \
+        return ops::detail::reduce_any(#fn, x, __VA_ARGS__{}, axes, keepdim, stream, site);                          \
     }
 TESSEL_REDUCTION(sum, ops::SumReducer<T>)
 TESSEL_REDUCTION(mean, ops::MeanReducer<T>)
@@ -179,26 +304,27 @@ TESSEL_REDUCTION(any, ops::LogicalReducer<T, false>)
 #undef TESSEL_REDUCTION
 
 // L1, L2 or inf norm over the axes (all by default).
-template <Element T>
-auto norm(const Tensor<T>& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = {}, bool keepdim = false,
+template <ops::reducible X>
+auto norm(const X& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = {}, bool keepdim = false,
           std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+    using T = ops::element_of<X>;
     switch (p) {
-        case ops::NormOrder::l1: return ops::detail::reduce("norm", x, ops::NormReducer<T, ops::NormOrder::l1>{}, axes, keepdim, stream, site);
-        case ops::NormOrder::inf: return ops::detail::reduce("norm", x, ops::NormReducer<T, ops::NormOrder::inf>{}, axes, keepdim, stream, site);
-        default: return ops::detail::reduce("norm", x, ops::NormReducer<T, ops::NormOrder::l2>{}, axes, keepdim, stream, site);
+        case ops::NormOrder::l1: return ops::detail::reduce_any("norm", x, ops::NormReducer<T, ops::NormOrder::l1>{}, axes, keepdim, stream, site);
+        case ops::NormOrder::inf: return ops::detail::reduce_any("norm", x, ops::NormReducer<T, ops::NormOrder::inf>{}, axes, keepdim, stream, site);
+        default: return ops::detail::reduce_any("norm", x, ops::NormReducer<T, ops::NormOrder::l2>{}, axes, keepdim, stream, site);
     }
 }
 // Variance over the axes with Welford's algorithm; correction 1 divides by n - 1 (unbiased), 0 by n.
-template <Element T>
-auto var(const Tensor<T>& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
+template <ops::reducible X>
+auto var(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
          std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
-    return ops::detail::reduce("var", x, ops::VarianceReducer<T, false>{correction}, axes, keepdim, stream, site);
+    return ops::detail::reduce_any("var", x, ops::VarianceReducer<ops::element_of<X>, false>{correction}, axes, keepdim, stream, site);
 }
 // Standard deviation: the square root of var.
-template <Element T>
-auto stddev(const Tensor<T>& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
-         std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
-    return ops::detail::reduce("stddev", x, ops::VarianceReducer<T, true>{correction}, axes, keepdim, stream, site);
+template <ops::reducible X>
+auto stddev(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
+            std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+    return ops::detail::reduce_any("stddev", x, ops::VarianceReducer<ops::element_of<X>, true>{correction}, axes, keepdim, stream, site);
 }
 
 }  // namespace tessel

@@ -1,6 +1,7 @@
 // Row-wise normalisations over one axis: softmax and log_softmax (numerically stable: online max and
 // rescaled sum), layer_norm and rms_norm (optional weight and bias, statistics in float or double).
-// Each is one kernel over contiguous rows (kernels/tessel/kernels/rows.cuh); another axis is moved
+// Each is one kernel over contiguous rows (kernels/tessel/kernels/rows.cuh) that reads a row once
+// when it fits in registers (<= 1024) or shared memory (<= 227 KiB on Hopper); another axis is moved
 // last with the device transpose first.
 #pragma once
 
@@ -31,13 +32,21 @@ struct SoftmaxRow {
         C max, scale;  // softmax: exp(x - max) * scale, scale = 1 / sum; log: x - max - scale, scale = log(sum)
     };
     __host__ __device__ stats_t identity() const { return {-std::numeric_limits<C>::infinity(), C(0)}; }
+    // A side whose maximum is the combined one is not rescaled: exact, and right for two sides
+    // whose maximum is -inf (masked entries), where exp(-inf - -inf) would be NaN.
     __host__ __device__ stats_t combine(stats_t a, stats_t b) const {
         const C m = Maximum{}(a.max, b.max);
-        const C sa = a.sum == C(0) ? C(0) : a.sum * math::exp(a.max - m);  // an empty side adds nothing
-        const C sb = b.sum == C(0) ? C(0) : b.sum * math::exp(b.max - m);
+        const C sa = a.max == m ? a.sum : a.sum * math::exp(a.max - m);
+        const C sb = b.max == m ? b.sum : b.sum * math::exp(b.max - m);
         return {m, sa + sb};
     }
-    __host__ __device__ stats_t accumulate(stats_t s, C x) const { return combine(s, {x, C(1)}); }
+    // One exp per element: only a new maximum rescales the running sum. NaN fails both comparisons
+    // and makes the sum NaN; a row of only -inf ends as {-inf, n}, whose outputs are NaN (as PyTorch's).
+    __host__ __device__ stats_t accumulate(stats_t s, C x) const {
+        if (x > s.max) return {x, s.sum * math::exp(s.max - x) + C(1)};
+        if (x == s.max) return {s.max, s.sum + C(1)};
+        return {s.max, s.sum + math::exp(x - s.max)};
+    }
     __host__ __device__ Prepared finish(stats_t s, std::int64_t) const { return {s.max, Log ? math::log(s.sum) : C(1) / s.sum}; }
     __host__ __device__ C apply(const Prepared& p, C x, std::int64_t) const {
         return Log ? x - p.max - p.scale : math::exp(x - p.max) * p.scale;
@@ -57,7 +66,12 @@ struct LayerNormRow {
     C eps;
     __host__ __device__ stats_t identity() const { return {C(0), C(0), 0}; }
     __host__ __device__ stats_t combine(stats_t a, stats_t b) const { return VarianceReducer<C, false>{}.combine(a, b); }
-    __host__ __device__ stats_t accumulate(stats_t s, C x) const { return combine(s, {x, C(0), 1}); }
+    // Welford's update: one division per element.
+    __host__ __device__ stats_t accumulate(stats_t s, C x) const {
+        const std::int64_t n = s.count + 1;
+        const C delta = x - s.mean, mean = s.mean + delta / C(n);
+        return {mean, s.m2 + delta * (x - mean), n};
+    }
     __host__ __device__ Prepared finish(stats_t s, std::int64_t n) const {
         return {s.mean, C(1) / math::sqrt(s.m2 / C(n) + eps)};
     }
@@ -114,19 +128,31 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
             " elements; row kernels index with 32 bits (split the tensor)");
     using I = std::uint32_t;
     DeviceGuard guard(device);
-    if (cols <= 1024) {
-        const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, max_blocks(device, 32)));
-        if (cols <= 128)
-            launch(kernels::rows_per_warp<4, Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
-                   I(cols), op);
-        else
-            launch(kernels::rows_per_warp<32, Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
-                   I(cols), op);
-    } else {
+    constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
+    const bool vector = V > 1 && cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16);
+    auto run = [&]<int W>() {
+        if (cols <= 1024) {
+            const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, max_blocks(device, 32)));
+            auto kernel = cols <= 8 * 32 ? kernels::rows_per_warp<std::max(8, W), W, Op, T, I> : kernels::rows_per_warp<std::max(32, W), W, Op, T, I>;
+            launch(kernel, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows), I(cols), op);
+            return;
+        }
+        // About 8 vectors per thread: enough loads in flight, few idle threads on the shorter rows.
+        const std::int64_t vectors = cols / W;
+        const unsigned threads = unsigned(std::clamp<std::int64_t>((vectors / 8 + 31) / 32 * 32, 128, 1024));
+        const std::size_t bytes = std::size_t(cols) * sizeof(T);
         const auto blocks = unsigned(std::clamp<std::int64_t>(rows, 1, max_blocks(device, 16)));
-        launch(kernels::rows_per_block<Op, T, T, I>, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows),
-               I(cols), op);
-    }
+        if (bytes <= std::size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device))) {
+            auto kernel = kernels::rows_per_block<W, true, Op, T, I>;
+            if (bytes > 48 * 1024) rt::set_max_dynamic_smem(kernel, int(bytes));
+            launch(kernel, GridDim(blocks, site), dim3(threads), bytes, stream, in.data(), out.data(), I(rows), I(cols), op);
+        } else {
+            launch(kernels::rows_per_block<W, false, Op, T, I>, GridDim(blocks, site), dim3(threads), 0, stream, in.data(), out.data(),
+                   I(rows), I(cols), op);
+        }
+    };
+    if (vector) run.template operator()<V>();
+    else run.template operator()<1>();
     return out;
 }
 

@@ -1,4 +1,6 @@
-// Reductions: out[o] = finish(combine over k of load(in[outer(o) + inner(k)])), for every output o.
+// Reductions: out[o] = finish(combine over k of load(element k of output o)), for every output o,
+// where the elements come from a tensor (TensorSource) or an element-wise expression evaluated as it
+// is read (ExpressionSource: a fused map-reduce, nothing materialised).
 // A group of Threads (32: a warp, or 256: the block) reduces one (output, split) work item: each
 // thread accumulates a fixed strided subset of the split's range, then the group combines through
 // warp shuffles (and shared memory across warps). With one split the group writes the final value;
@@ -42,6 +44,43 @@ private:
     }
 };
 
+// The elements of a tensor: output o's row starts at in + outer(o); element k is inner(k) further.
+template <class T, class I>
+struct TensorSource {
+    using value_type = T;
+    const T* in;
+    ReduceIndexer<I> ix;
+    __device__ const T* row(I o) const { return in + ix.outer(o); }
+    __device__ T at(const T* row, I k) const { return row[ix.inner(k)]; }
+};
+
+// The elements of an element-wise expression (a lowered tree), evaluated where they are read: the
+// expression's dims are ordered kept-then-reduced and coalesced, so element k of output o is flat
+// element o * K + k of that iteration. Linear: one dim walked with stride 0 or 1 by every operand.
+template <class D, class E, class I, bool Linear>
+struct ExpressionSource {
+    using value_type = D;
+    E expr;
+    I K;
+    int rank;
+    I shape[max_rank];
+    __device__ I row(I o) const { return o * K; }
+    __device__ D at(I row, I k) const {
+        const I i = row + k;
+        if constexpr (Linear) {
+            return ops::cast<D>(expr.eval(ops::LinearIndex<I>{i}));
+        } else {
+            I coord[max_rank];
+            I rest = i;
+            for (int d = rank - 1; d >= 0; --d) {
+                coord[d] = rest % shape[d];
+                rest /= shape[d];
+            }
+            return ops::cast<D>(expr.eval(ops::CoordIndex<I>{coord, rank}));
+        }
+    }
+};
+
 // Shuffles any trivially copyable value down `delta` lanes within groups of `width`, 32 bits at a time.
 template <class A>
 __device__ A shuffle_down(const A& a, unsigned delta, int width) {
@@ -62,10 +101,12 @@ __device__ A warp_combine(const Op& op, A acc, int width) {
 }
 
 // Threads: 32 or 256 threads per work item (blockDim.x must be 256). V: elements per vector load
-// (1, or 16 bytes' worth when the host found every row contiguous, aligned and a multiple of V long).
-template <int Threads, int V, class Op, class T, class I>
-__global__ void reduce(const T* __restrict__ in, ReduceIndexer<I> ix, Op op, I outputs, I K, I splits, I chunk,
-                       typename Op::acc_t* __restrict__ partial, typename Op::out_t* __restrict__ out) {
+// (1, or 16 bytes' worth when the host found every row of a TensorSource contiguous, aligned and a
+// multiple of V long).
+template <int Threads, int V, class Op, class Src, class I>
+__global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
+                       typename Op::out_t* __restrict__ out) {
+    using T = typename Src::value_type;
     static_assert(Threads == 32 || Threads == 256, "a reduction group is a warp or the whole block");
     using A = typename Op::acc_t;
     constexpr int groups = 256 / Threads;
@@ -79,14 +120,14 @@ __global__ void reduce(const T* __restrict__ in, ReduceIndexer<I> ix, Op op, I o
         if (item < items) {
             const I o = item / splits, s = item % splits;
             const I begin = s * chunk, end = begin + chunk < K ? begin + chunk : K;
-            const T* row = in + ix.outer(o);
+            const auto row = src.row(o);
             if constexpr (V > 1) {
                 for (I k = begin + I(lane) * V; k < end; k += I(Threads) * V) {
                     const auto p = *reinterpret_cast<const ops::Packed<T, V>*>(row + k);
                     for (int j = 0; j < V; ++j) acc = op.combine(acc, op.load(p.v[j], std::int64_t(k) + j));
                 }
             } else {
-                for (I k = begin + I(lane); k < end; k += I(Threads)) acc = op.combine(acc, op.load(row[ix.inner(k)], std::int64_t(k)));
+                for (I k = begin + I(lane); k < end; k += I(Threads)) acc = op.combine(acc, op.load(src.at(row, k), std::int64_t(k)));
             }
         }
         acc = warp_combine(op, acc, 32);
@@ -101,6 +142,39 @@ __global__ void reduce(const T* __restrict__ in, ReduceIndexer<I> ix, Op op, I o
             if (splits == 1) out[item] = op.finish(acc, std::int64_t(K));
             else partial[item] = acc;
         }
+    }
+}
+
+// Column reductions: outputs that are neighbours in memory (the kept dims' fastest stride is 1) and
+// reduced elements that are not. A 256-thread block takes 32 neighbouring outputs: thread (x, y)
+// accumulates output x over elements y, y + 8, ... of the split, so each warp reads 32 neighbours
+// per step (coalesced); the 8 partial values of an output then combine in order through shared memory.
+template <class Op, class Src, class I>
+__global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
+                               typename Op::out_t* __restrict__ out) {
+    using A = typename Op::acc_t;
+    constexpr int slices = 8;
+    __shared__ A partials[slices][32];
+    const int x = int(threadIdx.x) % 32, y = int(threadIdx.x) / 32;
+    const I items = (outputs + 31) / 32 * splits;
+    for (I item = blockIdx.x; item < items; item += gridDim.x) {
+        const I o = item / splits * 32 + I(x), s = item % splits;
+        const I begin = s * chunk, end = begin + chunk < K ? begin + chunk : K;
+        A acc = op.identity();
+        if (o < outputs) {
+            const auto column = src.row(o);
+            for (I k = begin + I(y); k < end; k += slices) acc = op.combine(acc, op.load(src.at(column, k), std::int64_t(k)));
+        }
+        partials[y][x] = acc;
+        __syncthreads();
+        if (y == 0) {
+            for (int r = 1; r < slices; ++r) acc = op.combine(acc, partials[r][x]);
+            if (o < outputs) {
+                if (splits == 1) out[o] = op.finish(acc, std::int64_t(K));
+                else partial[o * splits + s] = acc;
+            }
+        }
+        __syncthreads();  // partials is reused by the next item
     }
 }
 
