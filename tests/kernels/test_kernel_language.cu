@@ -1,6 +1,7 @@
 // The CUDA kernel language as tessel's kernels use it: built-in variables, barriers, warp
 // collectives, atomics, dynamic shared memory and launch limits. The same file runs on the GPU
 // (where it checks the tests' expectations) and on the sim (where it checks the sim).
+#include <tessel/runtime/device.hpp>
 #include <tessel/runtime/launch.hpp>
 
 #include <algorithm>
@@ -22,6 +23,27 @@ __global__ void write_indices(unsigned* out) {
     o[3] = blockIdx.x; o[4] = blockIdx.y; o[5] = blockIdx.z;
     o[6] = blockDim.x * 1000000 + blockDim.y * 1000 + blockDim.z;
     o[7] = gridDim.x * 1000000 + gridDim.y * 1000 + gridDim.z;
+}
+
+// ---- thread-block clusters (sm_90) ----------------------------------------------------------------
+// Each block stores its slice in dynamic shared memory; after cluster.sync() it reads the slice of
+// the next block of its cluster (rank + 1, wrapping) through distributed shared memory, reversed so
+// every value crosses threads too. The second sync keeps a block's shared memory alive until its
+// neighbour has read it.
+__global__ void rotate_across_cluster(const int* in, int* out, unsigned* ranks, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    (void)in, (void)out, (void)ranks, (void)n;  // no clusters before sm_90 (the test skips itself there)
+#else
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    TESSEL_DYNAMIC_SHARED(int, s);
+    const int t = int(threadIdx.x);
+    s[t] = in[blockIdx.x * n + t];
+    cluster.sync();
+    const unsigned next = (cluster.block_rank() + 1) % cluster.num_blocks();
+    out[blockIdx.x * n + t] = cluster.map_shared_rank(s, int(next))[n - 1 - t];
+    if (t == 0) ranks[blockIdx.x] = cluster.block_rank() * 100 + cluster.num_blocks();
+    cluster.sync();
+#endif
 }
 
 // ---- barriers -----------------------------------------------------------------------------------
@@ -351,6 +373,41 @@ TEST_CASE("atomics are exact under contention from many blocks", "[kernel-langua
     CHECK(cas.download()[0] == n);
     const int last = exch.download()[0];
     CHECK(std::find(keys.begin(), keys.end(), last) != keys.end());
+}
+
+TEST_CASE("thread-block clusters share shared memory and a barrier", "[kernel-language][cluster]") {
+    if (tessel::properties().major < 9) {
+        WARN("thread-block clusters need compute capability 9.0 or later; not tested on this device");
+        return;
+    }
+    const int n = 64, blocks = 12;
+    std::vector<int> in(blocks * n);
+    std::iota(in.begin(), in.end(), 7);
+    DeviceArray<int> x(in), out(blocks * n);
+    DeviceArray<unsigned> ranks(blocks);
+    for (const unsigned size : {1u, 2u, 4u}) {
+        INFO("clusters of " << size);
+        out.poison();
+        ranks.poison();
+        tessel::launch_cluster(rotate_across_cluster, unsigned(blocks), dim3(n), dim3(size), n * sizeof(int), nullptr, x.data(), out.data(),
+                               ranks.data(), n);
+        std::vector<int> want(blocks * n);
+        std::vector<unsigned> want_ranks(blocks);
+        for (int b = 0; b < blocks; ++b) {
+            const int rank = b % int(size), next = b - rank + (rank + 1) % int(size);
+            for (int t = 0; t < n; ++t) want[b * n + t] = in[next * n + n - 1 - t];
+            want_ranks[b] = unsigned(rank) * 100 + size;
+        }
+        tessel::testing::check_equal(out.download(), want, "values read from the next block of the cluster");
+        tessel::testing::check_equal(ranks.download(), want_ranks, "block_rank * 100 + num_blocks");
+    }
+    // A plain launch is a cluster of one block: its own shared memory is rank 0.
+    out.poison();
+    tessel::launch(rotate_across_cluster, unsigned(blocks), dim3(n), n * sizeof(int), nullptr, x.data(), out.data(), ranks.data(), n);
+    std::vector<int> own(blocks * n);
+    for (int b = 0; b < blocks; ++b)
+        for (int t = 0; t < n; ++t) own[b * n + t] = in[b * n + n - 1 - t];
+    tessel::testing::check_equal(out.download(), own, "a launch without clusters");
 }
 
 TEST_CASE("dynamic shared memory beyond 48 KiB needs the function attribute", "[kernel-language][launch]") {

@@ -75,3 +75,38 @@ TEST_CASE("clone() and to() of a permuted view use the device gather", "[ops][pe
     for (std::int64_t i = 0; i < 19; ++i)
         for (std::int64_t j = 0; j < 17; ++j) CHECK(back({i, j}) == h({j, i}));
 }
+
+// full() and ones() of device memory: one fill kernel (16-byte stores, the tail one by one), every
+// element the value's exact bits, on a block poisoned first; and the unaligned path on an interior
+// range, whose neighbours must keep their poison.
+TEMPLATE_TEST_CASE("full and ones fill device memory with one kernel", "[ops][fill]", std::int8_t, __half, float, double, bool) {
+    using T = TestType;
+    const T value = std::is_same_v<T, bool> ? convert<T>(1) : convert<T>(-3.25);
+    for (std::int64_t n : {std::int64_t(1), std::int64_t(31), std::int64_t(33), testing::large(1000003)}) {
+        INFO("n " << n);
+        testing::poison_next<T>({n});
+        const auto before = testing::launch_count();
+        const Tensor<T> t = full<T>({n}, value);
+        if (backend == Backend::sim) CHECK(testing::launch_count() - before == 1);
+        const Tensor<T> h = t.to_host();
+        std::size_t bad = 0;
+        for (std::int64_t i = 0; i < n; ++i) bad += std::memcmp(h.data() + i, &value, sizeof(T)) != 0;
+        CHECK(bad == 0);
+    }
+    const T one = convert<T>(1);
+    const Tensor<T> o = ones<T>({2, 17}).to_host();
+    for (std::int64_t i = 0; i < 34; ++i) CHECK(std::memcmp(o.data() + i, &one, sizeof(T)) == 0);
+
+    Tensor<T> poisoned = empty<T>({40});
+    rt::memset_async(poisoned.data(), 0xFF, 40 * sizeof(T), current_stream().handle());
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof(T));
+    ops::fill_device(poisoned.data() + 1, 33, sizeof(T), bits, current_stream().handle(), poisoned.device());
+    const Tensor<T> h = poisoned.to_host();
+    std::uint64_t all_ones = ~std::uint64_t(0);
+    for (std::int64_t i = 0; i < 40; ++i) {
+        INFO("element " << i);
+        const bool inside = i >= 1 && i <= 33;
+        CHECK(std::memcmp(h.data() + i, inside ? static_cast<const void*>(&value) : &all_ones, sizeof(T)) == 0);
+    }
+}

@@ -1,7 +1,8 @@
 // softmax, log_softmax, layer_norm and rms_norm against double-precision host loops: row lengths
 // that take the warp path (1, 2, 31, 33, 1000), the block path with the row cached in shared memory
-// (1025, 4099, 5000) and the two-pass block path for rows over 227 KiB (60000, 60001, 120008; double
-// from 29k), each with and without 16-byte vectors (lengths that are or are not a multiple of
+// (1025, 4099, 5000; 12288 floats = 48 KiB needs the opt-in), the cluster path for rows over 227 KiB
+// (60000, 60001, 120001, 120008; double from 29k) and the two-read path beyond 8 blocks' shared
+// memory (470001 floats, its own case), each with and without 16-byte vectors (lengths that are or are not a multiple of
 // 16 / sizeof(T)); rows shifted by 1e4 (stability), masked (-inf) entries, NaN, another axis than the
 // last, weights and biases, bad parameters. Outputs' cache blocks are poisoned first.
 #include <catch2/catch.hpp>
@@ -67,7 +68,7 @@ TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][s
     // one rounding to 8 bits (2^-8 relative); float16: to 11 bits (2^-11, 2e-3 with margin); double: 1e-13.
     constexpr bool half = std::is_same_v<T, __half>;
     const double rtol = std::is_same_v<T, double> ? 1e-13 : std::is_same_v<T, float> ? 1e-5 : half ? 2e-3 : 8e-3;
-    for (std::int64_t cols : {1, 2, 31, 33, 1000, 1025, 4099, 5000, 60000, 60001, 120008}) {
+    for (std::int64_t cols : {1, 2, 31, 33, 1000, 1025, 4099, 5000, 12288, 60000, 60001, 120001, 120008}) {
         for (double shift : {0.0, 1e4}) {
             INFO("cols " << cols << " shift " << shift);
             auto [x, xv] = random_rows<T>({7, cols}, std::uint64_t(cols), shift - 10, shift + 10);
@@ -84,27 +85,49 @@ TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][s
 }
 
 // Attention masks put -inf into rows: lanes or threads that see only -inf must not turn the row into
-// NaN; a row that is all -inf, or holds a NaN, is NaN throughout. Also the block paths on few rows
-// (this case runs under ThreadSanitizer too).
+// NaN; a row that is all -inf, or holds a NaN or a +inf, is NaN throughout (as in PyTorch). Also the
+// block paths on few rows (this case runs under ThreadSanitizer too).
 TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
     for (std::int64_t cols : {200, 1000, 1001, 1032, 1025}) {
         INFO("cols " << cols);
-        auto v = testing::random_host<float>(std::size_t(4 * cols), std::uint64_t(cols), -5, 5);
+        auto v = testing::random_host<float>(std::size_t(5 * cols), std::uint64_t(cols), -5, 5);
         float* h = v.data();
         for (std::int64_t k = 0; k < cols; ++k) {
             if (k < cols / 2) h[k] = -INFINITY;                 // row 0: the first half masked
             if (k % 3 == 0) h[cols + k] = -INFINITY;            // row 1: every third masked
             h[2 * cols + k] = -INFINITY;                        // row 2: all masked
         }
-        h[3 * cols + cols / 3] = NAN;  // row 3: one NaN
+        h[3 * cols + cols / 3] = NAN;        // row 3: one NaN
+        h[4 * cols + cols / 2] = INFINITY;   // row 4: one +inf
         std::vector<double> xv(v.n);
         for (std::size_t i = 0; i < v.n; ++i) xv[i] = h[i];
-        const auto x = from_host<float>(v.span(), {4, cols});
+        const auto x = from_host<float>(v.span(), {5, cols});
         // Poisoned with 7 rather than NaN, so the expected NaNs are written, not left over.
-        (void)full<float>({4, cols}, 7.0f);
+        (void)full<float>({5, cols}, 7.0f);
         compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
-        (void)full<float>({4, cols}, 7.0f);
+        (void)full<float>({5, cols}, 7.0f);
         compare(log_softmax(x), softmax_ref(xv, cols, true), 2e-5, 1e-5, "log_softmax");
+    }
+}
+
+// Rows beyond a cluster of 8 blocks' shared memory (8 x 227 KiB = 464k floats) are read twice.
+TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slow_under_tsan]") {
+    for (std::int64_t cols : {470001, 470004}) {
+        INFO("cols " << cols);
+        auto [x, xv] = random_rows<float>({2, cols}, 5, -10, 10);
+        poison_next<float>({2, cols});
+        compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
+        auto [w, wv] = random_rows<float>({cols}, 6, 0.5, 1.5);
+        std::vector<double> want(xv.size());
+        for (std::size_t r = 0; r < 2; ++r) {
+            long double sq = 0;
+            for (std::int64_t k = 0; k < cols; ++k) sq += (long double)xv[r * std::size_t(cols) + std::size_t(k)] * xv[r * std::size_t(cols) + std::size_t(k)];
+            const double rrms = 1 / std::sqrt(double(sq / cols) + 1e-6);
+            for (std::int64_t k = 0; k < cols; ++k)
+                want[r * std::size_t(cols) + std::size_t(k)] = xv[r * std::size_t(cols) + std::size_t(k)] * rrms * wv[std::size_t(k)];
+        }
+        poison_next<float>({2, cols});
+        compare(rms_norm(x, w), want, 2e-5, 1e-5, "rms_norm with weight");
     }
 }
 

@@ -193,6 +193,21 @@ TEST_CASE("the schedule shaker exposes a missing __syncthreads that in-order exe
 }
 #endif
 
+TEST_CASE("cluster launches are checked like the CUDA runtime checks them", "[sim][cluster]") {
+    DeviceArray<unsigned> out(64);
+    auto config_error = [&](unsigned grid, unsigned cluster) {
+        try {
+            tessel::launch_cluster(read_dynamic_before_write, grid, 32, dim3(cluster), 4, nullptr, out.data(), 1);
+        } catch (const tessel::CudaError& e) {
+            return std::string(e.what());
+        }
+        return std::string("(no error)");
+    };
+    CHECK_THAT(config_error(10, 4), Catch::Contains("not a whole number of clusters"));
+    CHECK_THAT(config_error(16, 16), Catch::Contains("at most 8 are portable"));
+    CHECK_THAT(config_error(8, 0), Catch::Contains("contain a zero"));
+}
+
 TEST_CASE("dynamic shared memory starts poisoned", "[sim][poison]") {
     const int n = 1000;
     DeviceArray<unsigned> out(n);

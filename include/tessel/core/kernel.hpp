@@ -1,6 +1,6 @@
 // What a kernel source in kernels/ includes: the CUDA kernel language, from nvcc (tessel::cuda) or
 // from the sim's compatibility header (tessel::sim). Kernels use plain CUDA C++ plus the one macro
-// below for dynamic shared memory.
+// below for dynamic shared memory, and cooperative_groups::this_cluster() for thread-block clusters.
 #pragma once
 
 #include "backend.hpp"
@@ -11,6 +11,7 @@
 #if !defined(__CUDACC__)
 #error "tessel::cuda: this file uses tessel kernels or tessel::launch, so it must be compiled as CUDA: give it a .cu extension or set_source_files_properties(<file> PROPERTIES LANGUAGE CUDA)"
 #endif
+#include <cooperative_groups.h>  // cluster_group (sm_90 thread-block clusters); the sim has its own
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

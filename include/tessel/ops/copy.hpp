@@ -1,6 +1,7 @@
 // Strided device views into contiguous device memory on the device: Tensor::contiguous(), clone()
 // and to() of any permuted, sliced or broadcast view of device or managed memory run one kernel
-// (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host. Including this
+// (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host; full() and ones()
+// of device memory fill it with a kernel (kernels/tessel/kernels/elementwise.cuh). Including this
 // header in any CUDA (or sim) translation unit of a program switches those Tensor paths over, also
 // for host-compiled callers; without it they stay correct through the host.
 #pragma once
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include <tessel/kernels/elementwise.cuh>
 #include <tessel/kernels/permute.cuh>
 
 #include "../runtime/launch.hpp"
@@ -16,6 +18,18 @@
 #include "assign.hpp"
 
 namespace tessel::ops {
+
+// Calls f(E{}) with E the unsigned integer as wide as an element: the kernels below move bits only.
+template <class F>
+void with_element_word(const char* what, std::size_t element_size, F&& f) {
+    switch (element_size) {
+        case 1: f(std::uint8_t{}); break;
+        case 2: f(std::uint16_t{}); break;
+        case 4: f(std::uint32_t{}); break;
+        case 8: f(std::uint64_t{}); break;
+        default: fail<Unsupported>(what, ": elements of ", element_size, " bytes");
+    }
+}
 
 // Copies the elements of the view `layout` (offset ignored; `first` is its first element) in row-major
 // order into contiguous `dst`, queued on `stream` of `device`.
@@ -85,18 +99,33 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
         if (small) run(e, std::uint32_t{});
         else run(e, std::uint64_t{});
     };
-    switch (element_size) {
-        case 1: by_index(std::uint8_t{}); break;
-        case 2: by_index(std::uint16_t{}); break;
-        case 4: by_index(std::uint32_t{}); break;
-        case 8: by_index(std::uint64_t{}); break;
-        default: fail<Unsupported>("gather_to_contiguous: elements of ", element_size, " bytes");
-    }
+    with_element_word("gather_to_contiguous", element_size, by_index);
 }
 
-// Routes Tensor's strided device copies here (see the top of this file).
+// Sets the n elements of element_size bytes at data to `bits` (its low element_size bytes), queued
+// on `stream` of `device`.
+inline void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device) {
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    const auto blocks = [&](std::size_t work) {
+        return unsigned(std::clamp<std::int64_t>(std::int64_t((work + 255) / 256), 1, detail::max_blocks(device, 32)));
+    };
+    auto run = [&]<class E>(E) {
+        E value;
+        std::memcpy(&value, &bits, sizeof(E));  // the low bytes on a little-endian machine (all CUDA hosts)
+        constexpr int V = int(16 / sizeof(E));
+        if (detail::aligned(data, 16))
+            launch(kernels::fill<V, E>, blocks(n / V + 1), dim3(256), 0, stream, static_cast<E*>(data), n, value);
+        else
+            launch(kernels::fill<1, E>, blocks(n), dim3(256), 0, stream, static_cast<E*>(data), n, value);
+    };
+    with_element_word("fill_device", element_size, run);
+}
+
+// Routes Tensor's strided device copies and device fills here (see the top of this file).
 inline const bool device_gather_registered = [] {
     tessel::detail::device_gather.store(&gather_to_contiguous);
+    tessel::detail::device_fill.store(&fill_device);
     return true;
 }();
 

@@ -43,6 +43,8 @@ struct Array {
 // V values of T as one aligned memory access (16 bytes when V * sizeof(T) == 16).
 template <class T, int V>
 struct alignas(sizeof(T) * V) Packed {
+    using value_type = T;
+    static constexpr int lanes = V;
     T v[V];
 };
 

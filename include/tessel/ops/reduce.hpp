@@ -1,7 +1,8 @@
 // Reductions over all elements or any set of axes: sum, mean, prod, amax, amin, argmax, argmin,
 // all, any, norm (L1, L2, inf), var and std (Welford; correction 1 = unbiased by default), with
-// keepdim. Deterministic always: every combination order is fixed by the shape (never by timing or
-// the device), and no atomics are used, so a result is bitwise reproducible.
+// keepdim. Deterministic always: every combination order is fixed by the input's shape, strides and
+// alignment (never by timing, grid size or the device), and no atomics are used, so a result is
+// bitwise reproducible.
 //
 // How: the reduced dims and the kept dims are each merged where contiguous; a warp (short rows)
 // or a 256-thread block (long rows) reduces each output, with 16-byte loads when rows are contiguous
@@ -93,7 +94,7 @@ inline constexpr bool needs_elements = std::is_same_v<Op, ExtremumReducer<T, tru
                                        std::is_same_v<Op, ArgExtremumReducer<T, true>> || std::is_same_v<Op, ArgExtremumReducer<T, false>>;
 
 // How each output's K elements are cut into `splits` pieces of `chunk` (a multiple of V). It
-// depends on the shape only, so the combination order (and the result) never depends on the device.
+// depends on the shape (and V) only, so the combination order never depends on the device.
 struct Splitting {
     std::int64_t splits, chunk;
 };
@@ -233,7 +234,8 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     const LeafPlan* next = leaves.data();
     const auto lowered = expr.lower(next);
     using Lowered = std::remove_cvref_t<decltype(lowered)>;
-    static_assert(sizeof(Lowered) + 128 <= kernel_parameter_limit,
+    // The kernel's parameters: the source (expression, K, rank, shape), the op, 4 indices, 2 pointers.
+    static_assert(sizeof(kernels::ExpressionSource<D, Lowered, std::uint64_t, false>) + sizeof(Op) + 4 * 8 + 2 * 8 <= kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
     const bool linear = it.shape.size() == 1 &&
@@ -271,15 +273,7 @@ namespace ops {
 template <class X>
 concept reducible = is_tensor<X> || node<X>;
 template <class X>
-struct element_of_s {
-    using type = typename X::dtype;
-};
-template <Element T>
-struct element_of_s<Tensor<T>> {
-    using type = T;
-};
-template <class X>
-using element_of = typename element_of_s<X>::type;
+using element_of = typename operand_dtype<X>::type;
 }  // namespace ops
 
 // sum and prod (integers and bool give int64), mean (integers give float32; no elements give NaN),

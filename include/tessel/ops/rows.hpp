@@ -5,6 +5,8 @@
 // last with the device transpose first.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -47,7 +49,11 @@ struct SoftmaxRow {
         if (x == s.max) return {s.max, s.sum + C(1)};
         return {s.max, s.sum + math::exp(x - s.max)};
     }
-    __host__ __device__ Prepared finish(stats_t s, std::int64_t) const { return {s.max, Log ? math::log(s.sum) : C(1) / s.sum}; }
+    // A +inf maximum makes x - max NaN or -inf for every entry: the whole row is NaN, as in PyTorch.
+    __host__ __device__ Prepared finish(stats_t s, std::int64_t) const {
+        const C sum = s.max == std::numeric_limits<C>::infinity() ? std::numeric_limits<C>::quiet_NaN() : s.sum;
+        return {s.max, Log ? math::log(sum) : C(1) / sum};
+    }
     __host__ __device__ C apply(const Prepared& p, C x, std::int64_t) const {
         return Log ? x - p.max - p.scale : math::exp(x - p.max) * p.scale;
     }
@@ -102,6 +108,17 @@ namespace detail {
 template <class T>
 using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// Raises the dynamic shared memory limit of a cached row kernel to `bytes` once per device (always
+// the same value, so concurrent callers agree).
+template <int W, class Op, class T, class I, class Kernel>
+void allow_dynamic_smem(Kernel kernel, Device device, int bytes) {
+    static std::array<std::atomic<bool>, 64> done{};
+    std::atomic<bool>* slot = device.index < int(done.size()) ? &done[std::size_t(device.index)] : nullptr;
+    if (slot && slot->load(std::memory_order_acquire)) return;
+    rt::set_max_dynamic_smem(kernel, bytes);
+    if (slot) slot->store(true, std::memory_order_release);
+}
+
 // Runs `op` over the rows of x along `axis`; the result has x's shape and is contiguous.
 template <Element T, class Op>
 Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, std::optional<rt::stream_t> stream_opt,
@@ -130,6 +147,41 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     DeviceGuard guard(device);
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
     const bool vector = V > 1 && cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16);
+    // Rows beyond one block's shared memory: a cluster of 2, 4 or 8 blocks (the fewest whose shared
+    // memory holds the row) on devices with clusters (sm_90+); false if none fits or can be scheduled.
+    auto try_cluster = [&]<int W>() {
+        if (device_attribute<cudaDevAttrComputeCapabilityMajor>(device) < 9) return false;
+        const auto optin = std::size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device));
+        const std::int64_t vectors = cols / W;
+        for (const int size : {2, 4, 8}) {
+            const std::int64_t slice = (vectors + size - 1) / size;
+            const std::size_t bytes = kernels::cluster_header_bytes<Op> + std::size_t(slice) * W * sizeof(T);
+            if (bytes > optin) continue;
+            auto kernel = kernels::rows_per_cluster<W, Op, T, I>;
+            allow_dynamic_smem<W, Op, T, I>(kernel, device, int(optin));
+            const unsigned threads = unsigned(std::clamp<std::int64_t>((slice / 8 + 31) / 32 * 32, 128, 1024));
+#if !defined(TESSEL_BACKEND_SIM)
+            // A cluster needs `size` multiprocessors with this much shared memory free in one GPC.
+            cudaLaunchConfig_t config{};
+            config.gridDim = dim3(unsigned(size));
+            config.blockDim = dim3(threads);
+            config.dynamicSmemBytes = bytes;
+            cudaLaunchAttribute attribute[1];
+            attribute[0].id = cudaLaunchAttributeClusterDimension;
+            attribute[0].val.clusterDim = {unsigned(size), 1, 1};
+            config.attrs = attribute;
+            config.numAttrs = 1;
+            int active = 0;
+            TESSEL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, kernel, &config));
+            if (active == 0) return false;
+#endif
+            const std::int64_t clusters = std::clamp<std::int64_t>(rows, 1, std::max<std::int64_t>(1, max_blocks(device, 1) / size));
+            launch_cluster(kernel, GridDim(unsigned(clusters * size), site), dim3(threads), dim3(unsigned(size)), bytes, stream, in.data(),
+                           out.data(), I(rows), I(cols), I(slice), op);
+            return true;
+        }
+        return false;
+    };
     auto run = [&]<int W>() {
         if (cols <= 1024) {
             const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, max_blocks(device, 32)));
@@ -142,11 +194,15 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
         const unsigned threads = unsigned(std::clamp<std::int64_t>((vectors / 8 + 31) / 32 * 32, 128, 1024));
         const std::size_t bytes = std::size_t(cols) * sizeof(T);
         const auto blocks = unsigned(std::clamp<std::int64_t>(rows, 1, max_blocks(device, 16)));
-        if (bytes <= std::size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device))) {
+        // Dynamic plus static shared memory must stay within the opt-in limit (48 KiB without it);
+        // 128 bytes are left for the static array's alignment.
+        const std::size_t fixed = kernels::rows_static_smem<Op> + 128;
+        const auto optin = std::size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device));
+        if (bytes + fixed <= optin) {
             auto kernel = kernels::rows_per_block<W, true, Op, T, I>;
-            if (bytes > 48 * 1024) rt::set_max_dynamic_smem(kernel, int(bytes));
+            if (bytes + fixed > 48 * 1024) allow_dynamic_smem<W, Op, T, I>(kernel, device, int(optin - fixed));
             launch(kernel, GridDim(blocks, site), dim3(threads), bytes, stream, in.data(), out.data(), I(rows), I(cols), op);
-        } else {
+        } else if (!try_cluster.template operator()<W>()) {
             launch(kernels::rows_per_block<W, false, Op, T, I>, GridDim(blocks, site), dim3(threads), 0, stream, in.data(), out.data(),
                    I(rows), I(cols), op);
         }

@@ -63,6 +63,36 @@ void launch(void (*kernel)(P...), GridDim grid, dim3 block, std::size_t dynamic_
 #endif
 }
 
+// A launch in thread-block clusters of `cluster` blocks (sm_90; at most 8 blocks, the portable size):
+// the blocks of a cluster run at the same time and may sync and read each other's shared memory
+// (cooperative_groups::this_cluster()). The grid must be a whole number of clusters.
+template <class... P, class... A>
+void launch_cluster(void (*kernel)(P...), GridDim grid, dim3 block, dim3 cluster, std::size_t dynamic_smem, rt::stream_t stream,
+                    A&&... args) {
+    static_assert(sizeof...(P) == sizeof...(A), "tessel::launch_cluster: the number of arguments does not match the kernel's parameters");
+    static_assert((std::is_convertible_v<A&&, P> && ...), "tessel::launch_cluster: an argument does not convert to the kernel's parameter type");
+#if defined(TESSEL_BACKEND_SIM)
+    auto call = std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...);
+    call->launch_site = detail::site_string(grid.site);
+    rt::check(sim::api::launch_kernel(reinterpret_cast<const void*>(kernel), grid.dims, block, dynamic_smem, stream, call, cluster),
+              "tessel::launch_cluster", grid.site);
+#else
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid.dims;
+    config.blockDim = block;
+    config.dynamicSmemBytes = dynamic_smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = cluster.x;
+    attribute[0].val.clusterDim.y = cluster.y;
+    attribute[0].val.clusterDim.z = cluster.z;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    rt::check(cudaLaunchKernelEx(&config, kernel, P(std::forward<A>(args))...), "tessel::launch_cluster", grid.site);
+#endif
+}
+
 // Blocks needed to cover n items with `per_block` each.
 constexpr unsigned blocks_for(std::size_t n, unsigned per_block) { return unsigned((n + per_block - 1) / per_block); }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,6 +30,7 @@ namespace tessel::sim {
 // One kernel launch as the executors see it: the configuration and a type-erased call.
 struct LaunchSpec {
     dim3 grid, block;
+    dim3 cluster{1, 1, 1};  // thread-block cluster dims (sm_90): these blocks run at the same time
     std::size_t dynamic_smem = 0;
     std::string kernel_name;
     std::string launch_site;
@@ -37,12 +40,62 @@ struct LaunchSpec {
 
 class BlockExecutor;
 
+// The blocks of one thread-block cluster, run at the same time on their own OS threads: each
+// block's dynamic shared memory (by rank, readable by the others as distributed shared memory)
+// and the barrier of cluster.sync(). A barrier that some block never reaches faults after
+// `timeout` instead of hanging.
+class ClusterState {
+public:
+    ClusterState(unsigned size, std::vector<unsigned char*> smem, std::size_t smem_bytes)
+        : size_(size), smem_(std::move(smem)), smem_bytes_(smem_bytes) {}
+    unsigned size() const { return size_; }
+    unsigned char* smem(unsigned rank) const { return smem_[rank]; }
+    std::size_t smem_bytes() const { return smem_bytes_; }
+    // One arrival per block (its thread 0); returns when every block of the cluster has arrived.
+    void arrive_and_wait(const std::string& where) {
+        std::unique_lock lk(m_);
+        const std::uint64_t gen = generation_;
+        if (++arrived_ == size_) {
+            arrived_ = 0;
+            ++generation_;
+            cv_.notify_all();
+            return;
+        }
+        if (!cv_.wait_for(lk, timeout, [&] { return generation_ != gen || broken_; }) || broken_) {
+            broken_ = true;
+            cv_.notify_all();
+            throw KernelFault(where + ": cluster.sync() waited " + std::to_string(timeout.count()) +
+                              " s for the other blocks of its cluster; some block never reached it (a cluster barrier "
+                              "must be reached by every block of the cluster)");
+        }
+    }
+    // A block of the cluster faulted: the others stop waiting for it.
+    void abort() {
+        std::lock_guard lk(m_);
+        broken_ = true;
+        cv_.notify_all();
+    }
+    static constexpr std::chrono::seconds timeout{60};
+
+private:
+    unsigned size_;
+    std::vector<unsigned char*> smem_;
+    std::size_t smem_bytes_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    unsigned arrived_ = 0;
+    std::uint64_t generation_ = 0;
+    bool broken_ = false;
+};
+
 // What the built-in variables and intrinsics of the running CUDA thread read.
 struct BlockContext {
     uint3 block_idx{};
     dim3 block_dim, grid_dim;
     unsigned char* dynamic_smem = nullptr;
     BlockExecutor* exec = nullptr;
+    ClusterState* cluster = nullptr;  // null: a launch without clusters (a cluster of one block)
+    dim3 cluster_dim{1, 1, 1};
 };
 
 namespace detail {
@@ -135,7 +188,9 @@ struct DynamicSmem {
 class BlockExecutor {
 public:
     virtual ~BlockExecutor() = default;
-    virtual void run_block(const LaunchSpec& launch, uint3 block_idx) = 0;
+    // `cluster`: the block's cluster, whose state owns the block's dynamic shared memory; null
+    // for a launch without clusters (the block allocates its own).
+    virtual void run_block(const LaunchSpec& launch, uint3 block_idx, ClusterState* cluster = nullptr, unsigned rank = 0) = 0;
     // The calling CUDA thread (its pending-sync fields filled in) waits for its group; returns its result.
     virtual std::uint64_t synchronize(SimThread& self) = 0;
 };
@@ -145,7 +200,7 @@ class FiberExecutor final : public BlockExecutor {
 public:
     FiberExecutor() : stacks_(config().fiber_stack_bytes) {}
 
-    void run_block(const LaunchSpec& launch, uint3 block_idx) override {
+    void run_block(const LaunchSpec& launch, uint3 block_idx, ClusterState* cluster = nullptr, unsigned rank = 0) override {
         launch_ = &launch;
         detail::init_threads(threads_, launch.block);
         const unsigned n = unsigned(threads_.size());
@@ -157,8 +212,8 @@ public:
         plain_pos_ = 0;
         fault_ = nullptr;
         ready_.clear();
-        detail::DynamicSmem smem(launch.dynamic_smem);
-        BlockContext bc{block_idx, launch.block, launch.grid, smem.p, this};
+        detail::DynamicSmem smem(cluster ? 0 : launch.dynamic_smem);
+        BlockContext bc{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem.p, this, cluster, launch.cluster};
         BlockContext* const saved_block = detail::tl_block;
         detail::tl_block = &bc;
 
@@ -318,14 +373,14 @@ public:
         for (auto& th : team_) th.join();
     }
 
-    void run_block(const LaunchSpec& launch, uint3 block_idx) override {
+    void run_block(const LaunchSpec& launch, uint3 block_idx, ClusterState* cluster = nullptr, unsigned rank = 0) override {
         std::unique_lock lk(m_);
         launch_ = &launch;
         detail::init_threads(threads_, launch.block);
         const unsigned n = unsigned(threads_.size());
         sync_.reset(threads_, launch.kernel_name, block_idx);
-        smem_ = std::make_unique<detail::DynamicSmem>(launch.dynamic_smem);
-        block_ = BlockContext{block_idx, launch.block, launch.grid, smem_->p, this};
+        smem_ = std::make_unique<detail::DynamicSmem>(cluster ? 0 : launch.dynamic_smem);
+        block_ = BlockContext{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem_->p, this, cluster, launch.cluster};
         fault_ = nullptr;
         active_ = n;
         done_ = 0;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -32,6 +33,10 @@ public:
         static std::mutex one_grid_at_a_time;
         std::lock_guard serial(one_grid_at_a_time);
 #endif
+        if (std::uint64_t(launch.cluster.x) * launch.cluster.y * launch.cluster.z > 1) {
+            run_clusters(launch);
+            return;
+        }
         Job job;
         job.launch = &launch;
         job.total = std::uint64_t(launch.grid.x) * launch.grid.y * launch.grid.z;
@@ -54,6 +59,42 @@ public:
     }
 
     int workers() const { return int(workers_.size()) + 1; }
+
+    // Thread-block clusters, one after another: the blocks of a cluster run at the same time, each
+    // on an OS thread of its own (with its own executor), so cluster.sync() and distributed shared
+    // memory behave as on the GPU. Their dynamic shared memory lives until the whole cluster is done.
+    static void run_clusters(const LaunchSpec& L) {
+        const dim3 c = L.cluster;
+        const unsigned size = c.x * c.y * c.z;
+        for (unsigned cz = 0; cz < L.grid.z / c.z; ++cz)
+            for (unsigned cy = 0; cy < L.grid.y / c.y; ++cy)
+                for (unsigned cx = 0; cx < L.grid.x / c.x; ++cx) {
+                    std::vector<std::unique_ptr<detail::DynamicSmem>> smem;
+                    std::vector<unsigned char*> ptrs;
+                    for (unsigned r = 0; r < size; ++r) {
+                        smem.push_back(std::make_unique<detail::DynamicSmem>(L.dynamic_smem));
+                        ptrs.push_back(smem.back()->p);
+                    }
+                    ClusterState state(size, ptrs, L.dynamic_smem);
+                    std::mutex fault_m;
+                    std::exception_ptr fault;
+                    std::vector<std::thread> blocks;
+                    for (unsigned r = 0; r < size; ++r) {
+                        const uint3 idx{cx * c.x + r % c.x, cy * c.y + r / c.x % c.y, cz * c.z + r / (c.x * c.y)};
+                        blocks.emplace_back([&, idx, r] {
+                            try {
+                                this_worker_executor().run_block(L, idx, &state, r);
+                            } catch (...) {
+                                state.abort();
+                                std::lock_guard lk(fault_m);
+                                if (!fault) fault = std::current_exception();
+                            }
+                        });
+                    }
+                    for (auto& b : blocks) b.join();
+                    if (fault) std::rethrow_exception(fault);
+                }
+    }
 
 private:
     struct Job {

@@ -260,3 +260,55 @@ template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
 inline T min(T a, T b) { return b < a ? b : a; }
 template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
 inline T max(T a, T b) { return a < b ? b : a; }
+
+// ---- thread-block clusters (sm_90): the part of cooperative_groups' cluster_group kernels use ----
+// A launch without clusters is a cluster of one block. In the sim, map_shared_rank maps addresses of
+// dynamic shared memory only (static __shared__ is per worker thread there); a cluster kernel keeps
+// what other blocks read in its dynamic shared memory.
+namespace cooperative_groups {
+class cluster_group {
+public:
+    // Blocks in the cluster, and this block's rank among them (x fastest, as CUDA numbers them).
+    unsigned num_blocks() const { return dims().x * dims().y * dims().z; }
+    unsigned block_rank() const {
+        const dim3 d = dims();
+        const uint3 b = ::tessel::sim::detail::tl_block->block_idx;
+        return b.x % d.x + b.y % d.y * d.x + b.z % d.z * d.x * d.y;
+    }
+    dim3 dim_blocks() const { return dims(); }
+    // Every thread of every block of the cluster arrives before any leaves; shared memory written
+    // before it is visible to the whole cluster after it.
+    void sync(std::source_location w = std::source_location::current()) const {
+        auto* block = ::tessel::sim::detail::tl_block;
+        __syncthreads(w);
+        if (block->cluster && ::tessel::sim::detail::tl_thread->tid == 0)
+            block->cluster->arrive_and_wait(std::string(w.file_name()) + ":" + std::to_string(w.line()));
+        __syncthreads(w);
+    }
+    // The address in block `rank`'s shared memory that corresponds to `addr` in this block's.
+    template <class T>
+    T* map_shared_rank(T* addr, int rank) const {
+        auto* block = ::tessel::sim::detail::tl_block;
+        if (!block->cluster) {
+            if (rank != 0) throw ::tessel::sim::KernelFault("map_shared_rank(" + std::to_string(rank) + ") in a launch without clusters");
+            return addr;
+        }
+        const auto* p = reinterpret_cast<const unsigned char*>(addr);
+        const std::ptrdiff_t offset = p - block->dynamic_smem;
+        if (offset < 0 || std::size_t(offset) >= block->cluster->smem_bytes())
+            throw ::tessel::sim::KernelFault("map_shared_rank: the address is not in this block's dynamic shared memory (the sim "
+                                             "maps dynamic shared memory only; keep what other blocks read there)");
+        if (rank < 0 || unsigned(rank) >= block->cluster->size())
+            throw ::tessel::sim::KernelFault("map_shared_rank: rank " + std::to_string(rank) + " in a cluster of " +
+                                             std::to_string(block->cluster->size()) + " blocks");
+        return reinterpret_cast<T*>(block->cluster->smem(unsigned(rank)) + offset);
+    }
+
+private:
+    static dim3 dims() {
+        auto* block = ::tessel::sim::detail::tl_block;
+        return block->cluster ? block->cluster_dim : dim3(1, 1, 1);
+    }
+};
+inline cluster_group this_cluster() { return {}; }
+}  // namespace cooperative_groups

@@ -642,7 +642,7 @@ inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr
 // Validates a launch as the CUDA runtime would and queues it on the stream. `call` owns the
 // kernel's arguments and stays alive until the grid has run.
 inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
-                                 std::shared_ptr<LaunchSpec> call) {
+                                 std::shared_ptr<LaunchSpec> call, dim3 cluster = dim3(1, 1, 1)) {
     auto bad = [&](const std::string& why) { return detail::fail(cudaErrorInvalidConfiguration, why); };
     const cudaDeviceProp& p = detail::rt().devices[std::size_t(detail::current_device)].prop;
     auto dims = [](dim3 d) {
@@ -669,8 +669,15 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
                                 std::to_string(limit) + " bytes (raise it with cudaFuncSetAttribute("
                                 "cudaFuncAttributeMaxDynamicSharedMemorySize), up to " +
                                 std::to_string(p.sharedMemPerBlockOptin) + ")");
+    if (cluster.x == 0 || cluster.y == 0 || cluster.z == 0) return bad("cluster dimensions " + dims(cluster) + " contain a zero");
+    if (grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z)
+        return bad("grid " + dims(grid) + " is not a whole number of clusters " + dims(cluster));
+    if (std::uint64_t(cluster.x) * cluster.y * cluster.z > 8)
+        return bad("cluster " + dims(cluster) + " has " + std::to_string(std::uint64_t(cluster.x) * cluster.y * cluster.z) +
+                   " blocks; at most 8 are portable");
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     call->grid = grid;
+    call->cluster = cluster;
     call->block = block;
     call->dynamic_smem = smem;
     call->kernel_name = kernel_name(func);

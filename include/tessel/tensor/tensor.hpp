@@ -238,9 +238,25 @@ Tensor<T> from_host(std::initializer_list<T> values, const Shape& shape, TensorO
     return from_host<T>(std::span<const T>(values.begin(), values.size()), shape, o);
 }
 
+namespace detail {
+// A kernel that sets n elements of element_size bytes to the same bits (data, n, element size, bits,
+// stream, device). Set when any translation unit of the program includes tessel/ops/copy.hpp (as
+// tessel.hpp does in CUDA and sim builds); otherwise full() of device memory is filled on the host
+// and copied.
+using DeviceFillFn = void (*)(void*, std::size_t, std::size_t, std::uint64_t, rt::stream_t, Device);
+inline std::atomic<DeviceFillFn> device_fill{nullptr};
+}  // namespace detail
+
 // Every element `value`.
 template <Element T>
 Tensor<T> full(const Shape& shape, T value, TensorOptions o = {}) {
+    if (const detail::DeviceFillFn fill = detail::device_fill.load(); fill && !is_plain_host(o.space)) {
+        Tensor<T> t = empty<T>(shape, o);
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, &value, sizeof(T));
+        if (t.numel() > 0) fill(t.data(), std::size_t(t.numel()), sizeof(T), bits, o.resolved_stream(), t.device());
+        return t;
+    }
     detail::HostArray<T> h(static_cast<std::size_t>(Layout::contiguous(shape).numel()));
     std::fill(h.data(), h.data() + h.n, value);
     return from_host<T>(h.span(), shape, o);

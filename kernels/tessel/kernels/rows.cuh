@@ -4,11 +4,15 @@
 //   rows_per_warp   rows of at most 1024: a warp per row, the row in registers;
 //   rows_per_block  longer rows: a block per row; with Cached the row is kept in dynamic shared memory
 //                   (up to the device's opt-in limit, 227 KiB on Hopper) and read from global memory
-//                   once; without, it is read twice (statistics, then output).
+//                   once; without, it is read twice (statistics, then output);
+//   rows_per_cluster  rows up to 8 blocks' shared memory (sm_90 clusters): each block of the cluster
+//                   keeps a slice, statistics meet through distributed shared memory, read once.
 // V > 1 moves V elements per 16-byte load and store (the host checks that rows are aligned and a
-// multiple of V long). Statistics combine in an order fixed by the shape and the block size.
+// multiple of V long). Statistics combine in an order fixed by the shape and alignment (which
+// choose V and the block size), never by timing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <tessel/kernels/reduce.cuh>
@@ -89,51 +93,111 @@ __global__ void rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I r
     }
 }
 
+// Reads vectors [begin, end) of a row (thread t takes begin + t, + threads, ...), `unroll` loads in
+// flight per thread, and accumulates their values into s; with a cache, vector i is also kept at
+// cache[i - begin] for the output pass.
+template <class Op, class P, class S, class I>
+__device__ S accumulate_vectors(const Op& op, const P* __restrict__ x, P* cache, I begin, I end, I t, I threads, S s) {
+    using C = typename Op::compute_t;
+    constexpr int unroll = 4;
+    constexpr int V = P::lanes;
+    I i = begin + t;
+    for (; i + (unroll - 1) * threads < end; i += unroll * threads) {
+        P p[unroll];
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) p[u] = x[i + I(u) * threads];
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) {
+            if (cache) cache[i + I(u) * threads - begin] = p[u];
+#pragma unroll
+            for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p[u].v[j]));
+        }
+    }
+    for (; i < end; i += threads) {
+        const P p = x[i];
+        if (cache) cache[i - begin] = p;
+#pragma unroll
+        for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p.v[j]));
+    }
+    return s;
+}
+
+// Writes vectors [begin, end) of a row's output from `src` (src[i - src_begin] holds vector i).
+template <class Op, class P, class F, class I>
+__device__ void write_vectors(const Op& op, const F& f, const P* src, I src_begin, P* __restrict__ y, I begin, I end, I t, I threads) {
+    using C = typename Op::compute_t;
+    using T = typename P::value_type;
+    constexpr int V = P::lanes;
+    for (I i = begin + t; i < end; i += threads) {
+        const P p = src[i - src_begin];
+        P q;
+#pragma unroll
+        for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(op.apply(f, ops::cast<C>(p.v[j]), std::int64_t(i) * V + j));
+        y[i] = q;
+    }
+}
+
+// The static shared memory of rows_per_block: the launch's dynamic bytes come on top of it.
+template <class Op>
+inline constexpr std::size_t rows_static_smem = 32 * sizeof(typename Op::stats_t);
+
 // A block per row (any multiple of 32 threads up to 1024). With Cached, the launch gives cols * sizeof(T)
 // bytes of dynamic shared memory; each thread reads back only the vectors it stored itself, so the
 // cache needs no barrier of its own.
 template <int V, bool Cached, class Op, class T, class I>
-__global__ void rows_per_block(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
+__global__ void __launch_bounds__(1024) rows_per_block(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
     using S = typename Op::stats_t;
-    using C = typename Op::compute_t;
     using P = ops::Packed<T, V>;
-    constexpr int unroll = 4;  // loads in flight per thread before their values are used
-    __shared__ S across_warps[32];
+    __shared__ S across_warps[rows_static_smem<Op> / sizeof(S)];
     TESSEL_DYNAMIC_SHARED(P, cache);
     const I t = I(threadIdx.x), threads = I(blockDim.x), n = cols / I(V);
     for (I row = blockIdx.x; row < rows; row += gridDim.x) {
         const P* x = reinterpret_cast<const P*>(in + std::int64_t(row) * cols);
-        S s = op.identity();
-        I i = t;
-        for (; i + (unroll - 1) * threads < n; i += unroll * threads) {
-            P p[unroll];
-#pragma unroll
-            for (int u = 0; u < unroll; ++u) p[u] = x[i + I(u) * threads];
-#pragma unroll
-            for (int u = 0; u < unroll; ++u) {
-                if constexpr (Cached) cache[i + I(u) * threads] = p[u];
-#pragma unroll
-                for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p[u].v[j]));
-            }
-        }
-        for (; i < n; i += threads) {
-            const P p = x[i];
-            if constexpr (Cached) cache[i] = p;
-#pragma unroll
-            for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p.v[j]));
-        }
+        const S s = accumulate_vectors(op, x, Cached ? cache : static_cast<P*>(nullptr), I(0), n, t, threads, op.identity());
         const auto f = op.finish(block_combine(op, s, across_warps), cols);
-        P* y = reinterpret_cast<P*>(out + std::int64_t(row) * cols);
-        for (i = t; i < n; i += threads) {
-            P p;
-            if constexpr (Cached) p = cache[i];
-            else p = x[i];
-            P q;
-#pragma unroll
-            for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(op.apply(f, ops::cast<C>(p.v[j]), std::int64_t(i) * V + j));
-            y[i] = q;
-        }
+        write_vectors(op, f, Cached ? static_cast<const P*>(cache) : x, I(0), reinterpret_cast<P*>(out + std::int64_t(row) * cols), I(0), n,
+                      t, threads);
     }
+}
+
+// The dynamic shared memory rows_per_cluster puts before its slice of the row: 32 statistics for
+// block_combine and one for the block's result, which the cluster's other blocks read.
+template <class Op>
+inline constexpr std::size_t cluster_header_bytes = (33 * sizeof(typename Op::stats_t) + 15) / 16 * 16;
+
+// Rows too long for one block's shared memory (sm_90): a cluster of blocks per row, block r keeping
+// vectors [r * slice, (r + 1) * slice) in its dynamic shared memory. The blocks' statistics meet
+// through distributed shared memory, combined in rank order by every block (so all agree), and each
+// block writes its slice: the row is read from global memory once. Grid: clusters x blocks per
+// cluster along x; everything another block reads lives in dynamic shared memory.
+template <int V, class Op, class T, class I>
+__global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, I slice, Op op) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    // No clusters before sm_90; the host never launches this kernel there.
+    (void)in, (void)out, (void)rows, (void)cols, (void)slice, (void)op;
+#else
+    using S = typename Op::stats_t;
+    using P = ops::Packed<T, V>;
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const unsigned blocks = cluster.num_blocks(), rank = cluster.block_rank();
+    TESSEL_DYNAMIC_SHARED(unsigned char, smem);
+    S* across_warps = reinterpret_cast<S*>(smem);
+    S* block_stats = across_warps + 32;
+    P* cache = reinterpret_cast<P*>(smem + cluster_header_bytes<Op>);
+    const I t = I(threadIdx.x), threads = I(blockDim.x), n = cols / I(V);
+    const I begin = I(rank) * slice < n ? I(rank) * slice : n, end = begin + slice < n ? begin + slice : n;
+    for (I row = I(blockIdx.x) / I(blocks); row < rows; row += I(gridDim.x) / I(blocks)) {
+        const P* x = reinterpret_cast<const P*>(in + std::int64_t(row) * cols);
+        const S s = block_combine(op, accumulate_vectors(op, x, cache, begin, end, t, threads, op.identity()), across_warps);
+        if (t == 0) *block_stats = s;
+        cluster.sync();
+        S all = op.identity();
+        for (unsigned r = 0; r < blocks; ++r) all = op.combine(all, *cluster.map_shared_rank(block_stats, int(r)));
+        write_vectors(op, op.finish(all, cols), static_cast<const P*>(cache), begin, reinterpret_cast<P*>(out + std::int64_t(row) * cols),
+                      begin, end, t, threads);
+        cluster.sync();  // block_stats is written again for the next row only after every block has read it
+    }
+#endif
 }
 
 }  // namespace tessel::kernels
