@@ -110,6 +110,15 @@ TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
     }
 }
 
+// One row just over one block's shared memory: a cluster of two blocks, whose statistics meet
+// through distributed shared memory (light enough to run under ThreadSanitizer too).
+TEST_CASE("a row over one block's shared memory is split across a cluster", "[ops][rows][cluster]") {
+    const std::int64_t cols = 58200;  // 232800 bytes: over the 227 KiB opt-in limit
+    auto [x, xv] = random_rows<float>({1, cols}, 8, -10, 10);
+    poison_next<float>({1, cols});
+    compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
+}
+
 // Rows beyond a cluster of 8 blocks' shared memory (8 x 227 KiB = 464k floats) are read twice.
 TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slow_under_tsan]") {
     for (std::int64_t cols : {470001, 470004}) {
