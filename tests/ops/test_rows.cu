@@ -116,7 +116,9 @@ TEST_CASE("a row over one block's shared memory is split across a cluster", "[op
     const std::int64_t cols = 58200;  // 232800 bytes: over the 227 KiB opt-in limit
     auto [x, xv] = random_rows<float>({1, cols}, 8, -10, 10);
     poison_next<float>({1, cols});
+    const auto before = testing::cluster_launch_count();
     compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
+    if (backend == Backend::sim) CHECK(testing::cluster_launch_count() - before == 1);  // the cluster path, not the two-read one
 }
 
 // Rows beyond a cluster of 8 blocks' shared memory (8 x 227 KiB = 464k floats) are read twice.

@@ -87,6 +87,13 @@ __global__ void spin_until(int* flag, int* done) {
     *done = 1;
 }
 
+__global__ void cluster_sync_skipped_by_rank_one(unsigned* out) {
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (cluster.block_rank() == 1) return;
+    cluster.sync();
+    out[blockIdx.x] = 1;
+}
+
 std::string fault_of(auto&& launch) {
     try {
         launch();
@@ -206,6 +213,11 @@ TEST_CASE("cluster launches are checked like the CUDA runtime checks them", "[si
     CHECK_THAT(config_error(10, 4), Catch::Contains("not a whole number of clusters"));
     CHECK_THAT(config_error(16, 16), Catch::Contains("at most 8 are portable"));
     CHECK_THAT(config_error(8, 0), Catch::Contains("contain a zero"));
+
+    // A block that exits without reaching cluster.sync() is reported, not a hang.
+    const std::string msg = fault_of([&] { tessel::launch_cluster(cluster_sync_skipped_by_rank_one, 4, 32, dim3(2), 0, nullptr, out.data()); });
+    INFO(msg);
+    CHECK(msg.find("exited without reaching it") != std::string::npos);
 }
 
 TEST_CASE("dynamic shared memory starts poisoned", "[sim][poison]") {

@@ -72,6 +72,14 @@ inline std::uint64_t launch_count() {
     return 0;
 #endif
 }
+// Of those, the launches in thread-block clusters (0 on CUDA as well).
+inline std::uint64_t cluster_launch_count() {
+#if defined(TESSEL_BACKEND_SIM)
+    return sim::cluster_launch_count();
+#else
+    return 0;
+#endif
+}
 
 inline double to_double(float v) { return v; }
 inline double to_double(double v) { return v; }

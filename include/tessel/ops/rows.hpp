@@ -5,8 +5,6 @@
 // last with the device transpose first.
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -108,17 +106,6 @@ namespace detail {
 template <class T>
 using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// Raises the dynamic shared memory limit of a cached row kernel to `bytes` once per device (always
-// the same value, so concurrent callers agree).
-template <int W, class Op, class T, class I, class Kernel>
-void allow_dynamic_smem(Kernel kernel, Device device, int bytes) {
-    static std::array<std::atomic<bool>, 64> done{};
-    std::atomic<bool>* slot = device.index < int(done.size()) ? &done[std::size_t(device.index)] : nullptr;
-    if (slot && slot->load(std::memory_order_acquire)) return;
-    rt::set_max_dynamic_smem(kernel, bytes);
-    if (slot) slot->store(true, std::memory_order_release);
-}
-
 // Runs `op` over the rows of x along `axis`; the result has x's shape and is contiguous.
 template <Element T, class Op>
 Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, std::optional<rt::stream_t> stream_opt,
@@ -158,7 +145,8 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
             const std::size_t bytes = kernels::cluster_header_bytes<Op> + std::size_t(slice) * W * sizeof(T);
             if (bytes > optin) continue;
             auto kernel = kernels::rows_per_cluster<W, Op, T, I>;
-            allow_dynamic_smem<W, Op, T, I>(kernel, device, int(optin));
+            // Set on every launch, always to the maximum: the attribute belongs to the device's context.
+            rt::set_max_dynamic_smem(kernel, int(optin));
             const unsigned threads = unsigned(std::clamp<std::int64_t>((slice / 8 + 31) / 32 * 32, 128, 1024));
 #if !defined(TESSEL_BACKEND_SIM)
             // A cluster needs `size` multiprocessors with this much shared memory free in one GPC.
@@ -200,7 +188,7 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
         const auto optin = std::size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device));
         if (bytes + fixed <= optin) {
             auto kernel = kernels::rows_per_block<W, true, Op, T, I>;
-            if (bytes + fixed > 48 * 1024) allow_dynamic_smem<W, Op, T, I>(kernel, device, int(optin - fixed));
+            if (bytes + fixed > 48 * 1024) rt::set_max_dynamic_smem(kernel, int(optin - fixed));
             launch(kernel, GridDim(blocks, site), dim3(threads), bytes, stream, in.data(), out.data(), I(rows), I(cols), op);
         } else if (!try_cluster.template operator()<W>()) {
             launch(kernels::rows_per_block<W, false, Op, T, I>, GridDim(blocks, site), dim3(threads), 0, stream, in.data(), out.data(),

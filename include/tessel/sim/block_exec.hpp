@@ -42,8 +42,8 @@ class BlockExecutor;
 
 // The blocks of one thread-block cluster, run at the same time on their own OS threads: each
 // block's dynamic shared memory (by rank, readable by the others as distributed shared memory)
-// and the barrier of cluster.sync(). A barrier that some block never reaches faults after
-// `timeout` instead of hanging.
+// and the barrier of cluster.sync(). A barrier that a block can no longer reach (it has exited, or
+// faulted) is reported instead of hanging.
 class ClusterState {
 public:
     ClusterState(unsigned size, std::vector<unsigned char*> smem, std::size_t smem_bytes)
@@ -61,21 +61,31 @@ public:
             cv_.notify_all();
             return;
         }
-        if (!cv_.wait_for(lk, timeout, [&] { return generation_ != gen || broken_; }) || broken_) {
-            broken_ = true;
-            cv_.notify_all();
-            throw KernelFault(where + ": cluster.sync() waited " + std::to_string(timeout.count()) +
-                              " s for the other blocks of its cluster; some block never reached it (a cluster barrier "
-                              "must be reached by every block of the cluster)");
-        }
+        cv_.notify_all();  // a block may have exited already: let the check below run
+        cv_.wait(lk, [&] { return generation_ != gen || aborted_ || (exited_ > 0 && arrived_ + exited_ >= size_); });
+        if (generation_ != gen) return;
+        if (aborted_) throw Aborted{};
+        throw KernelFault(where + ": cluster.sync() can never complete: " + std::to_string(exited_) + " of the cluster's " +
+                          std::to_string(size_) + " blocks exited without reaching it (a cluster barrier must be reached "
+                          "by every block of the cluster)");
     }
-    // A block of the cluster faulted: the others stop waiting for it.
-    void abort() {
+    // A block has finished; blocks waiting for it at a barrier are told.
+    void exited() {
         std::lock_guard lk(m_);
-        broken_ = true;
+        ++exited_;
         cv_.notify_all();
     }
-    static constexpr std::chrono::seconds timeout{60};
+    // A block of the cluster faulted (its fault is recorded first): the others stop waiting.
+    void abort() {
+        std::lock_guard lk(m_);
+        aborted_ = true;
+        cv_.notify_all();
+    }
+    // Thrown into the blocks that were waiting when another block faulted (whose fault is the one
+    // reported: it is recorded before the others are woken).
+    struct Aborted : KernelFault {
+        Aborted() : KernelFault("cluster.sync(): another block of the cluster faulted") {}
+    };
 
 private:
     unsigned size_;
@@ -83,9 +93,9 @@ private:
     std::size_t smem_bytes_;
     std::mutex m_;
     std::condition_variable cv_;
-    unsigned arrived_ = 0;
+    unsigned arrived_ = 0, exited_ = 0;
     std::uint64_t generation_ = 0;
-    bool broken_ = false;
+    bool aborted_ = false;
 };
 
 // What the built-in variables and intrinsics of the running CUDA thread read.

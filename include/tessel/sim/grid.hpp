@@ -1,7 +1,8 @@
 // Runs every block of a simulated launch: blocks are handed out to a pool of worker threads (and the
 // launching stream's own thread), each block running whole on one worker. Under the OS-thread
 // executor (sim-tsan) grids run one at a time and blocks one after another, because `__shared__`
-// then is plain static storage shared by every block.
+// then is plain static storage shared by every block; the blocks of a cluster (run_clusters) run at
+// the same time in both executors, which is why a cluster kernel must keep its shared memory dynamic.
 #pragma once
 
 #include <atomic>
@@ -78,18 +79,31 @@ public:
                     ClusterState state(size, ptrs, L.dynamic_smem);
                     std::mutex fault_m;
                     std::exception_ptr fault;
+                    auto record = [&](std::exception_ptr e) {
+                        {
+                            std::lock_guard lk(fault_m);
+                            if (!fault) fault = e;
+                        }
+                        state.abort();
+                    };
                     std::vector<std::thread> blocks;
-                    for (unsigned r = 0; r < size; ++r) {
-                        const uint3 idx{cx * c.x + r % c.x, cy * c.y + r / c.x % c.y, cz * c.z + r / (c.x * c.y)};
-                        blocks.emplace_back([&, idx, r] {
-                            try {
-                                this_worker_executor().run_block(L, idx, &state, r);
-                            } catch (...) {
-                                state.abort();
-                                std::lock_guard lk(fault_m);
-                                if (!fault) fault = std::current_exception();
-                            }
-                        });
+                    try {
+                        for (unsigned r = 0; r < size; ++r) {
+                            const uint3 idx{cx * c.x + r % c.x, cy * c.y + r / c.x % c.y, cz * c.z + r / (c.x * c.y)};
+                            blocks.emplace_back([&, idx, r] {
+                                try {
+                                    this_worker_executor().run_block(L, idx, &state, r);
+                                    state.exited();
+                                } catch (const ClusterState::Aborted&) {
+                                    state.exited();  // woken because another block faulted: that fault is the one reported
+                                } catch (...) {
+                                    record(std::current_exception());
+                                    state.exited();
+                                }
+                            });
+                        }
+                    } catch (...) {  // a thread could not be started: stop the blocks that were
+                        record(std::current_exception());
                     }
                     for (auto& b : blocks) b.join();
                     if (fault) std::rethrow_exception(fault);

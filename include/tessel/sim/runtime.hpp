@@ -77,6 +77,7 @@ public:
     std::unordered_map<const CUstream_st*, std::shared_ptr<CUstream_st>> streams;
     std::unordered_map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
     std::atomic<std::uint64_t> launches{0};                 // kernels accepted by launch_kernel, all devices
+    std::atomic<std::uint64_t> cluster_launches{0};         // of which launched in clusters of 2 or more blocks
 
     // The allocation containing [p, p+n), or nullptr. Caller holds m.
     const Allocation* find(const void* p, std::size_t n) const {
@@ -682,6 +683,7 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
     call->dynamic_smem = smem;
     call->kernel_name = kernel_name(func);
     detail::rt().launches.fetch_add(1, std::memory_order_relaxed);
+    if (std::uint64_t(cluster.x) * cluster.y * cluster.z > 1) detail::rt().cluster_launches.fetch_add(1, std::memory_order_relaxed);
     CUstream_st* st = detail::resolve(s);
     detail::enqueue(st, [call, st] {
         try {
@@ -701,6 +703,8 @@ namespace tessel::sim {
 // How many kernels this process has launched on the sim so far (all devices and streams): lets a
 // test observe that an operation is one launch.
 inline std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
+// Of those, the launches in thread-block clusters of two or more blocks.
+inline std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
 }  // namespace tessel::sim
 
 #include "mempool.hpp"

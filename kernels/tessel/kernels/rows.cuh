@@ -173,8 +173,10 @@ inline constexpr std::size_t cluster_header_bytes = (33 * sizeof(typename Op::st
 template <int V, class Op, class T, class I>
 __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, I slice, Op op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    // No clusters before sm_90; the host never launches this kernel there.
+    // No clusters before sm_90. The host takes this path on sm_90 devices only, but code built for an
+    // older architecture can still be JIT-run on one: stop rather than leave the output unwritten.
     (void)in, (void)out, (void)rows, (void)cols, (void)slice, (void)op;
+    __trap();
 #else
     using S = typename Op::stats_t;
     using P = ops::Packed<T, V>;
