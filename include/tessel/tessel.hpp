@@ -8,6 +8,9 @@
 #include "core/error.hpp"
 #include "runtime/device.hpp"
 #include "runtime/rt.hpp"
+#include "memory/allocator.hpp"  // memory::allocated(), stats(), memory_summary(), empty_cache(), ...
+#include "stream/pipeline.hpp"   // overlap_pipeline over host tensors or spans
+#include "tensor/tensor.hpp"     // Tensor<T>, views, copies, copy_
 
 #if defined(TESSEL_BACKEND_SIM) || defined(__CUDACC__)
 #include "runtime/launch.hpp"

@@ -1,13 +1,16 @@
 // The caching device allocator: sizes and pools, reuse within a stream, split and coalesce,
-// record_stream, a randomized model test against invariants that must hold, fragmentation, memory
-// fractions, concurrent host threads, MemoryScope, and (in its own ctest entry) OOM at the sim's
-// capacity with recovery.
+// record_stream, a randomized model test against invariants that must hold (and the invariant
+// checker itself), fragmentation, memory fractions, concurrent host threads, MemoryScope, frees that
+// fail half-way (the block is neither lost nor miscounted), AddressSanitizer poisoning in stream
+// order, and (in its own ctest entry) OOM at the sim's capacity with recovery.
 #include <tessel/memory/allocator.hpp>
 #include <tessel/runtime/launch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "../support/device_array.hpp"
@@ -35,6 +38,19 @@ std::map<std::uintptr_t, std::size_t> allocated_blocks(const std::vector<mem::Se
 // A fresh allocator of its own on device 0, so a test's statistics are its own.
 std::unique_ptr<mem::DeviceCachingAllocator> fresh(const mem::AllocatorConfig& c = {}) {
     return std::make_unique<mem::DeviceCachingAllocator>(0, c);
+}
+
+// Fails the test with every broken invariant listed.
+void require_consistent(mem::DeviceCachingAllocator& a) {
+    const auto broken = a.check_invariants();
+    std::string all;
+    for (const auto& v : broken) all += v + "\n";
+    INFO(all);
+    REQUIRE(broken.empty());
+}
+
+bool mentions(const std::vector<std::string>& lines, const std::string& fragment) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(fragment) != std::string::npos; });
 }
 
 }  // namespace
@@ -196,6 +212,7 @@ TEST_CASE("randomized model test: live blocks never overlap and the statistics a
         REQUIRE(s.allocation[0].current == s.allocation[1].current + s.allocation[2].current);
         peak_seen = std::max(peak_seen, bytes);
         REQUIRE(s.allocated_bytes[0].peak >= peak_seen);
+        require_consistent(*alloc);
     };
     unsigned char next_tag = 1;
     for (int op = 0; op < 3000; ++op) {
@@ -234,6 +251,51 @@ TEST_CASE("randomized model test: live blocks never overlap and the statistics a
     alloc->empty_cache();
     CHECK(alloc->stats().reserved_bytes[0].current == 0);
     for (std::size_t i = 1; i < streams.size(); ++i) tessel::rt::stream_destroy(streams[i]);
+}
+
+TEST_CASE("check_invariants names each kind of corruption, and nothing in a consistent cache", "[memory][invariants]") {
+    auto a = fresh();
+    auto s = tessel::rt::stream_create(true);
+    mem::Block* x = a->malloc(4096, nullptr);
+    mem::Block* y = a->malloc(1000, nullptr);
+    mem::Block* big = a->malloc(12 * MiB, s);
+    require_consistent(*a);
+
+    x->size += 512;  // now overlaps y
+    auto broken = a->check_invariants();
+    CHECK(mentions(broken, "is not followed contiguously"));
+    CHECK(mentions(broken, "stats.allocated_bytes[all].current is"));
+    CHECK(mentions(broken, "stats.reserved_bytes[small].current is"));
+    x->size -= 512;
+
+    y->allocated = false;  // what a free that gave up half-way used to leave behind
+    broken = a->check_invariants();
+    CHECK(mentions(broken, "is neither handed out, nor free in a pool, nor waiting for events: it is lost"));
+    CHECK(mentions(broken, "stats.allocation[all].current is 3 but the blocks add up to 2"));
+    y->allocated = true;
+
+    y->next->prev = nullptr;  // a broken back link
+    broken = a->check_invariants();
+    CHECK(mentions(broken, "the next block's prev link does not point back"));
+    y->next->prev = y;
+
+    y->segment += 1000;
+    CHECK(mentions(a->check_invariants(), "says segment"));
+    y->segment -= 1000;
+
+    y->requested = y->size + 1;
+    CHECK(mentions(a->check_invariants(), "was requested with"));
+    y->requested = 1000;
+    require_consistent(*a);
+
+    a->free(x);
+    a->free(y);
+    a->free(big);
+    require_consistent(*a);
+    a->empty_cache();
+    require_consistent(*a);
+    CHECK(a->stats().reserved_bytes[0].current == 0);
+    tessel::rt::stream_destroy(s);
 }
 
 TEST_CASE("fragmentation: freed holes cannot serve a larger request; max_split_size keeps big blocks whole", "[memory]") {
@@ -347,6 +409,171 @@ TEST_CASE("the public API: allocate, MemoryScope, summary, snapshot, bad pointer
     mem::deallocate(outside);
     CHECK_THROWS_AS(mem::deallocate(outside), tessel::InvalidArgument);  // twice
 }
+
+#if defined(TESSEL_BACKEND_SIM)  // the sim rejects destroyed stream handles deterministically
+namespace {
+// An allocator whose block `b` (on stream `home`) also listed `other` with record_stream.
+struct FailedFree {
+    std::unique_ptr<mem::DeviceCachingAllocator> a = fresh();
+    tessel::rt::stream_t home = tessel::rt::stream_create(true);
+    ~FailedFree() { tessel::rt::stream_destroy(home); }
+
+    // After a free that threw: nothing lost, nothing miscounted, the memory reusable at once (once
+    // events recorded on live streams have passed) and returned by empty_cache.
+    void check_recovered(const void* at, std::size_t bytes) {
+        require_consistent(*a);
+        CHECK(a->stats().allocation[0].current == 0);
+        CHECK(a->stats().allocated_bytes[0].current == 0);
+        mem::Block* again = a->malloc(bytes, home);
+        CHECK(static_cast<const void*>(again->ptr) == at);
+        require_consistent(*a);
+        a->free(again);
+        const auto s = a->stats();
+        CHECK(s.requested_bytes[0].current == 0);
+        CHECK(s.active[0].current == 0);
+        a->empty_cache();
+        require_consistent(*a);
+        CHECK(a->stats().reserved_bytes[0].current == 0);
+        CHECK(a->stats().segment[0].current == 0);
+    }
+};
+__global__ void fault_in_kernel(int* x) {
+    if (threadIdx.x == 0) throw std::runtime_error("deliberate fault");
+    x[threadIdx.x] = 1;
+}
+}  // namespace
+
+TEST_CASE("a free whose recorded stream was destroyed throws, and the block is reusable", "[memory][failure]") {
+    FailedFree f;
+    mem::Block* b = f.a->malloc(3000, f.home);
+    const void* at = b->ptr;
+    auto gone = tessel::rt::stream_create(true);
+    f.a->record_stream(b, gone, 0);
+    tessel::rt::stream_destroy(gone);
+    try {
+        f.a->free(b);
+        FAIL("a free that cannot record its event on a destroyed stream did not report it");
+    } catch (const tessel::CudaError& e) {
+        CHECK(std::string(e.what()).find("not a live stream") != std::string::npos);
+    }
+    f.check_recovered(at, 3000);
+}
+
+TEST_CASE("a free with a bogus stream among live ones still waits for the live ones", "[memory][failure]") {
+    FailedFree f;
+    const int n = 1 << 14;
+    tessel::testing::DeviceArray<int> y(n);
+    auto busy = tessel::rt::stream_create(true);
+    mem::Block* b = f.a->malloc(n * sizeof(int), f.home);
+    const void* at = b->ptr;
+    tessel::rt::memset_async(b->ptr, 0, n * sizeof(int), f.home);
+    tessel::rt::stream_synchronize(f.home);
+    tessel::launch(tessel::testing::slow_copy<int>, 4, 256, 0, busy, reinterpret_cast<int*>(b->ptr), y.data(), n, 300);
+    f.a->record_stream(b, reinterpret_cast<tessel::rt::stream_t>(std::uintptr_t(0xdead0)), 0);
+    f.a->record_stream(b, busy, 0);
+    CHECK_THROWS_AS(f.a->free(b), tessel::CudaError);
+    // The bogus stream's device was synchronised, which covers `busy`; the block may still wait
+    // for busy's event, which the next allocation collects.
+    require_consistent(*f.a);
+    f.check_recovered(at, n * sizeof(int));
+    tessel::rt::stream_destroy(busy);
+}
+
+TEST_CASE("a free whose recorded stream names a device that does not exist throws, and the block is reusable", "[memory][failure]") {
+    FailedFree f;
+    mem::Block* b = f.a->malloc(MiB + 1, f.home);  // the large pool this time
+    const void* at = b->ptr;
+    f.a->record_stream(b, f.home, 7);  // the public record_stream rejects this; the allocator must survive it
+    CHECK_THROWS_AS(f.a->free(b), tessel::InvalidArgument);
+    f.check_recovered(at, MiB + 1);
+}
+
+TEST_CASE("a block whose own stream was destroyed is freed without error", "[memory][failure]") {
+    auto a = fresh();
+    auto s = tessel::rt::stream_create(true);
+    mem::Block* b = a->malloc(5000, s);
+    tessel::rt::memset_async(b->ptr, 1, 5000, s);
+    tessel::rt::stream_destroy(s);
+    a->free(b);  // no stream operation is needed: the block goes back to its (dead) stream's pool
+    require_consistent(*a);
+    a->empty_cache();
+    require_consistent(*a);
+    CHECK(a->stats().reserved_bytes[0].current == 0);
+}
+
+TEST_CASE("empty_cache that meets an earlier kernel's fault returns every segment, then reports the fault", "[memory][failure]") {
+    auto a = fresh();
+    mem::Block* x = a->malloc(MiB, nullptr);
+    mem::Block* y = a->malloc(12 * MiB, nullptr);
+    tessel::launch(fault_in_kernel, 1, 32, 0, nullptr, reinterpret_cast<int*>(x->ptr));
+    a->free(x);
+    a->free(y);
+    try {
+        a->empty_cache();  // the sim's cudaFree synchronises the device and finds the fault
+        FAIL("the kernel's fault was not reported");
+    } catch (const tessel::CudaError& e) {
+        CHECK(std::string(e.what()).find("deliberate fault") != std::string::npos);
+    }
+    require_consistent(*a);
+    const auto s = a->stats();
+    CHECK(s.reserved_bytes[0].current == 0);
+    CHECK(s.segment[0].current == 0);
+    CHECK(s.num_device_free == 2);
+    mem::Block* z = a->malloc(MiB, nullptr);  // the device is usable again
+    a->free(z);
+    a->empty_cache();
+    require_consistent(*a);
+}
+
+namespace {
+// Holds its stream until the host sets *gate.
+__global__ void wait_for_gate(const std::atomic<int>* gate) {
+    while (gate->load() == 0) std::this_thread::yield();
+}
+}  // namespace
+
+TEST_CASE("under AddressSanitizer the cache poisons what no caller owns, in stream order", "[memory][asan]") {
+    if (!mem::asan::enabled) {
+        SUCCEED("poisoning is compiled only into the sim under AddressSanitizer");
+        return;
+    }
+    auto a = fresh();
+    auto s = tessel::rt::stream_create(true);
+    mem::Block* x = a->malloc(100, s);
+    const char* p = x->ptr;
+    tessel::rt::stream_synchronize(s);
+    CHECK_FALSE(mem::asan::is_poisoned(p));
+    CHECK_FALSE(mem::asan::is_poisoned(p + 99));
+    CHECK(mem::asan::is_poisoned(p + 100));  // the slack of the rounded 512-byte block
+    CHECK(mem::asan::is_poisoned(p + 511));
+    CHECK(mem::asan::is_poisoned(p + 512));  // the rest of the segment
+    CHECK(mem::asan::is_poisoned(p + mem::kSmallBuffer - 1));
+    require_consistent(*a);
+
+    // Freed while work queued before the free may still use it: poisoned only once the stream gets there.
+    std::atomic<int> gate{0};
+    tessel::launch(wait_for_gate, 1, 1, 0, s, static_cast<const std::atomic<int>*>(&gate));
+    a->free(x);
+    CHECK_FALSE(mem::asan::is_poisoned(p));
+    mem::Block* y = a->malloc(40, s);  // the same block, smaller: its new slack was the old owner's
+    REQUIRE(static_cast<const void*>(y->ptr) == p);
+    CHECK_FALSE(mem::asan::is_poisoned(p + 39));  // the new owner's bytes at once
+    CHECK_FALSE(mem::asan::is_poisoned(p + 99));  // the old owner's until the stream passes the free
+    gate = 1;
+    tessel::rt::stream_synchronize(s);
+    CHECK_FALSE(mem::asan::is_poisoned(p + 39));
+    CHECK(mem::asan::is_poisoned(p + 40));
+    CHECK(mem::asan::is_poisoned(p + 99));
+    require_consistent(*a);
+
+    a->free(y);
+    tessel::rt::stream_synchronize(s);
+    CHECK(mem::asan::is_poisoned(p));
+    require_consistent(*a);
+    a->empty_cache();  // unpoisons the segment before the runtime takes it back
+    tessel::rt::stream_destroy(s);
+}
+#endif  // TESSEL_BACKEND_SIM
 
 TEST_CASE("TESSEL_ALLOC_CONF is parsed strictly", "[memory]") {
     const auto c = mem::AllocatorConfig::parse("max_split_size_mb:256,backend:async");

@@ -1,8 +1,11 @@
-// The cudaMallocAsync backend through the public API. ctest runs these in their own entry with
-// TESSEL_ALLOC_CONF=backend:async (and TESSEL_SIM_MEMORY=64MiB on the sim).
+// The cudaMallocAsync backend through the public API; ctest runs these in their own entry with
+// TESSEL_ALLOC_CONF=backend:async (and TESSEL_SIM_MEMORY=64MiB on the sim). The failure tests at the
+// end use an AsyncDeviceAllocator of their own and run in the main entry.
 #include <tessel/memory/allocator.hpp>
 #include <tessel/runtime/launch.hpp>
 #include <tessel/tensor/tensor.hpp>
+
+#include <string>
 
 #include "../support/device_array.hpp"
 #include "../support/slow_kernels.hpp"
@@ -11,6 +14,15 @@ namespace mem = tessel::memory;
 
 namespace {
 constexpr std::size_t MiB = std::size_t(1) << 20;
+
+// Fails the test with every broken invariant listed.
+void require_consistent(mem::AsyncDeviceAllocator& a) {
+    const auto broken = a.check_invariants();
+    std::string all;
+    for (const auto& v : broken) all += v + "\n";
+    INFO(all);
+    REQUIRE(broken.empty());
+}
 }  // namespace
 
 TEST_CASE("the async backend allocates, counts and reuses in stream order", "[.async]") {
@@ -84,5 +96,50 @@ TEST_CASE("the async backend trims the pool and retries before OutOfMemoryError"
     mem::deallocate(c);
     mem::empty_cache();
     CHECK(mem::stats().reserved_bytes[0].current == 0);
+}
+
+TEST_CASE("an async free whose recorded stream was destroyed throws, and the memory goes back to the pool", "[memory][async][failure]") {
+    mem::AsyncDeviceAllocator a(0);  // its own books, on the device's default pool
+    a.empty_cache();
+    const auto reserved_before = a.stats().reserved_bytes[0].current;
+    auto s = tessel::rt::stream_create(true), gone = tessel::rt::stream_create(true);
+    void* p = a.allocate(4096, s);
+    a.record_stream(p, gone, 0);
+    tessel::rt::stream_destroy(gone);
+    try {
+        a.deallocate(p);
+        FAIL("a free that cannot wait for a destroyed stream did not report it");
+    } catch (const tessel::CudaError& e) {
+        CHECK(std::string(e.what()).find("not a live stream") != std::string::npos);
+    }
+    require_consistent(a);
+    CHECK_FALSE(a.owns(p));
+    CHECK(a.stats().allocation[0].current == 0);
+    void* q = a.allocate(4096, s);  // freed on s after all: reused there at once
+    CHECK(q == p);
+    a.deallocate(q);
+    require_consistent(a);
+    a.empty_cache();
+    CHECK(a.stats().reserved_bytes[0].current == reserved_before);
+    tessel::rt::stream_destroy(s);
+}
+
+TEST_CASE("an async free whose own stream was destroyed throws, and the memory goes back to the pool", "[memory][async][failure]") {
+    mem::AsyncDeviceAllocator a(0);
+    a.empty_cache();
+    const auto reserved_before = a.stats().reserved_bytes[0].current;
+    auto s = tessel::rt::stream_create(true);
+    void* p = a.allocate(3 * MiB, s);
+    tessel::rt::memset_async(p, 0, 3 * MiB, s);
+    tessel::rt::stream_destroy(s);
+    CHECK_THROWS_AS(a.deallocate(p), tessel::CudaError);  // freed on the default stream instead
+    require_consistent(a);
+    CHECK(a.stats().allocated_bytes[0].current == 0);
+    a.empty_cache();
+    CHECK(a.stats().reserved_bytes[0].current == reserved_before);
+    void* q = a.allocate(3 * MiB, nullptr);
+    a.deallocate(q);
+    a.empty_cache();
+    require_consistent(a);
 }
 #endif

@@ -159,7 +159,7 @@ TEST_CASE("element types convert through float and name themselves", "[tensor][d
     CHECK(f.to_dtype<__nv_fp8_e4m3>().to_dtype<float>().to_vector() == std::vector<float>{0.5f, -1.25f, 3.0f, 448.f});  // e4m3 saturates at 448
     CHECK(f.to<int>().to_vector() == std::vector<int>{0, -1, 3, 1000});
     CHECK(f.to_dtype<bool>().to_vector() == std::vector<bool>{true, true, true, true});
-    CHECK(tessel::dtype_name(Tensor<__nv_bfloat16>::dtype()) == "bfloat16");
+    CHECK(std::string(tessel::dtype_name(Tensor<__nv_bfloat16>::dtype())) == "bfloat16");
     CHECK(tessel::dtype_size(tessel::DType::f8_e5m2) == 1);
     static_assert(std::is_same_v<tessel::accumulate_t<__half>, float>);
 }

@@ -17,6 +17,9 @@
 
 namespace tessel::memory {
 
+// The largest single request the allocators consider (1 PiB).
+inline constexpr std::size_t kLargestRequest = std::size_t(1) << 50;
+
 // The process's device allocators (one per device, of the backend TESSEL_ALLOC_CONF chose) and the
 // map from pointers to their blocks.
 class CachingAllocator {
@@ -31,6 +34,11 @@ public:
         if (bytes == 0) return nullptr;
         int dev = 0;
         TESSEL_CUDA_CHECK(rt::api::cudaGetDevice(&dev));
+        // No device has 2^50 bytes (1 PiB); beyond that the size arithmetic (rounding, statistics) would wrap.
+        if (bytes > kLargestRequest)
+            fail<OutOfMemoryError>("out of memory on device ", dev, ": tried to allocate ", bytes,
+                                   " bytes, more than any device holds (the limit is ", kLargestRequest,
+                                   " bytes); check the size computation, or split the work into smaller tensors");
         if (backend_ == Backend::async) {
             void* p = async(dev).allocate(bytes, stream);
             std::lock_guard lk(map_m_);
@@ -139,8 +147,19 @@ inline void deallocate(void* p) { CachingAllocator::instance().deallocate(p); }
 // Declares that work on `stream` (a stream of `stream_device`, by default the current device) uses
 // `p`: after deallocate(p), the memory is not reused until the work queued on `stream` at that
 // moment has completed.
+// The stream and its device are checked here, not when the memory is freed.
 inline void record_stream(void* p, rt::stream_t stream, std::optional<Device> stream_device = std::nullopt) {
-    CachingAllocator::instance().record_stream(p, stream, (stream_device ? *stream_device : current_device()).index);
+    const Device d = stream_device ? *stream_device : current_device();
+    require(d.index >= 0 && d.index < device_count(), "record_stream: device ", d.index, " does not exist (", device_count(),
+            " device(s) visible)");
+    int actual = 0;
+    {
+        DeviceGuard g(d);  // the default stream handle means this device's default stream
+        actual = rt::stream_device(stream);
+    }
+    require(actual == d.index, "record_stream: stream ", static_cast<const void*>(stream), " belongs to device ", actual,
+            ", not to device ", d.index, " as stated");
+    CachingAllocator::instance().record_stream(p, stream, d.index);
 }
 // True if `p` is the start of a live allocation of tessel's device allocator.
 inline bool owns(const void* p) { return CachingAllocator::instance().owns(p); }
@@ -158,6 +177,12 @@ inline DeviceStats stats(Device d = current_device()) {
     auto& a = CachingAllocator::instance();
     return a.backend() == Backend::async ? a.async(d.index).stats() : a.device(d.index).stats();
 }
+// PyTorch's names (torch.cuda.memory_allocated & co.), in bytes, for device d.
+inline std::int64_t allocated(Device d = current_device()) { return stats(d).allocated_bytes[StatPool::all].current; }
+inline std::int64_t max_allocated(Device d = current_device()) { return stats(d).allocated_bytes[StatPool::all].peak; }
+inline std::int64_t reserved(Device d = current_device()) { return stats(d).reserved_bytes[StatPool::all].current; }
+inline std::int64_t max_reserved(Device d = current_device()) { return stats(d).reserved_bytes[StatPool::all].peak; }
+// Starts the peaks (max_allocated, max_reserved, every Stat's peak) again from the current values.
 inline void reset_peak_stats(Device d = current_device()) {
     auto& a = CachingAllocator::instance();
     if (a.backend() == Backend::async) a.async(d.index).reset_peak_stats();
@@ -167,6 +192,14 @@ inline void reset_peak_stats(Device d = current_device()) {
 // OutOfMemoryError. Native backend only (Unsupported under backend:async).
 inline void set_memory_fraction(double fraction, Device d = current_device()) {
     CachingAllocator::instance().device(d.index).set_memory_fraction(fraction);
+}
+// What is wrong with the bookkeeping of device `d`'s allocator (block chains, pools, statistics), one
+// sentence per violation; empty when consistent (always under backend:async, whose pool the driver
+// keeps). For tests and fuzzers: it walks every block under the allocator's lock.
+inline std::vector<std::string> check_invariants(Device d = current_device()) {
+    auto& a = CachingAllocator::instance();
+    if (a.backend() == Backend::async) return {};
+    return a.device(d.index).check_invariants();
 }
 // A text table of the statistics of device `d`.
 inline std::string memory_summary(Device d = current_device()) { return memory_summary(d.index, stats(d)); }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "../runtime/device.hpp"
+#include "block.hpp"
 #include "config.hpp"
 #include "stats.hpp"
 
@@ -55,17 +57,15 @@ public:
         rt::check(e, "cudaMallocAsync");
         std::lock_guard lk(m_);
         live_[p] = Live{bytes, stream, {}};
-        const bool small = bytes <= (std::size_t(1) << 20);
-        stat_increase(stats_.allocation, small, 1);
-        stat_increase(stats_.allocated_bytes, small, std::int64_t(bytes));
-        stat_increase(stats_.requested_bytes, small, std::int64_t(bytes));
-        stat_increase(stats_.active, small, 1);
-        stat_increase(stats_.active_bytes, small, std::int64_t(bytes));
-        scopes_.update(stats_.allocated_bytes[0].current);
+        count(bytes, true);
         return p;
     }
 
-    // Frees on the allocating stream; streams recorded with record_stream are waited for first.
+    // Frees on the allocating stream; streams recorded with record_stream are waited for first. A
+    // stream that cannot be waited for by an event (destroyed, or its device failing) is waited for
+    // by synchronising its device; if the allocating stream itself is gone, the free is ordered on
+    // the device's default stream after a device synchronisation. Either way the memory goes back
+    // to the pool, and the first error is rethrown afterwards.
     void deallocate(void* p) {
         Live l;
         {
@@ -74,25 +74,31 @@ public:
             require(it != live_.end(), "deallocate: pointer ", p, " is not a live allocation of the async backend");
             l = std::move(it->second);
             live_.erase(it);
-            const bool small = l.bytes <= (std::size_t(1) << 20);
-            stat_decrease(stats_.allocation, small, 1);
-            stat_decrease(stats_.allocated_bytes, small, std::int64_t(l.bytes));
-            stat_decrease(stats_.requested_bytes, small, std::int64_t(l.bytes));
-            stat_decrease(stats_.active, small, 1);
-            stat_decrease(stats_.active_bytes, small, std::int64_t(l.bytes));
+            count(l.bytes, false);
         }
         DeviceGuard g(Device{device_});
+        std::exception_ptr first;
         for (const auto& [other, other_device] : l.uses) {  // the free is ordered after their work
-            rt::event_t e = nullptr;
-            {
-                DeviceGuard og(Device{other_device});
-                e = rt::event_create(false);
-                rt::event_record(e, other);
+            try {
+                order_after(l.stream, other, other_device);
+            } catch (...) {
+                if (!first) first = std::current_exception();
+                detail::synchronize_for_free(other_device);
             }
-            rt::stream_wait_event(l.stream, e);
-            rt::event_destroy(e);
         }
-        TESSEL_CUDA_CHECK(rt::api::cudaFreeAsync(p, l.stream));
+        if (const cudaError_t e = rt::api::cudaFreeAsync(p, l.stream); e != cudaSuccess) {
+            std::exception_ptr error = error_of(e, "cudaFreeAsync(p, stream)");  // also clears the last error
+            if (!first) first = error;
+            detail::synchronize_for_free(device_);
+            if (const cudaError_t e2 = rt::api::cudaFreeAsync(p, nullptr); e2 != cudaSuccess) {
+                (void)rt::api::cudaGetLastError();
+                // Still the pool's: keep it on the books as live, so the statistics stay true.
+                std::lock_guard lk(m_);
+                live_[p] = l;
+                count(l.bytes, true);
+            }
+        }
+        if (first) std::rethrow_exception(first);
     }
 
     void record_stream(void* p, rt::stream_t stream, int stream_device) {
@@ -143,12 +149,86 @@ public:
         scopes_.close(peak);
     }
 
+    // Every broken invariant of the books, in words (empty when consistent): each statistic equal to
+    // what the live allocations add up to. The pool's own state is the driver's. For tests and fuzzers.
+    std::vector<std::string> check_invariants() {
+        std::lock_guard lk(m_);
+        std::vector<std::string> bad;
+        std::int64_t blocks[3] = {}, bytes[3] = {};
+        for (const auto& [p, l] : live_) {
+            for (int i : {0, is_small(l.bytes) ? 1 : 2}) {
+                ++blocks[i];
+                bytes[i] += std::int64_t(l.bytes);
+            }
+        }
+        const char* pools[] = {"all", "small", "large"};
+        auto compare = [&](const char* name, const StatArray& stat, const std::int64_t* expected) {
+            for (int i = 0; i < 3; ++i) {
+                const Stat& st = stat[std::size_t(i)];
+                if (st.current != expected[i])
+                    bad.push_back(detail::concat("device ", device_, " (async): stats.", name, "[", pools[i], "].current is ",
+                                                 st.current, " but the live allocations add up to ", expected[i]));
+                if (st.peak < st.current || st.allocated - st.freed != st.current)
+                    bad.push_back(detail::concat("device ", device_, " (async): stats.", name, "[", pools[i],
+                                                 "] is inconsistent: current ", st.current, ", peak ", st.peak, ", allocated ",
+                                                 st.allocated, ", freed ", st.freed));
+            }
+        };
+        compare("allocation", stats_.allocation, blocks);
+        compare("active", stats_.active, blocks);
+        compare("allocated_bytes", stats_.allocated_bytes, bytes);
+        compare("requested_bytes", stats_.requested_bytes, bytes);
+        compare("active_bytes", stats_.active_bytes, bytes);
+        return bad;
+    }
+
 private:
     struct Live {
         std::size_t bytes = 0;
         rt::stream_t stream = nullptr;
         std::vector<std::pair<rt::stream_t, int>> uses;  // other streams and their devices
     };
+
+    static bool is_small(std::size_t bytes) { return bytes <= (std::size_t(1) << 20); }
+
+    // Counts an allocation in (`in`) or out of the statistics. Caller holds m_.
+    void count(std::size_t bytes, bool in) {
+        const bool small = is_small(bytes);
+        const std::int64_t n = std::int64_t(bytes);
+        for (StatArray* s : {&stats_.allocation, &stats_.active}) in ? stat_increase(*s, small, 1) : stat_decrease(*s, small, 1);
+        for (StatArray* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes})
+            in ? stat_increase(*s, small, n) : stat_decrease(*s, small, n);
+        if (in) scopes_.update(stats_.allocated_bytes[0].current);
+    }
+
+    // Makes work queued next on `stream` wait for what is queued now on `other` (of `other_device`).
+    static void order_after(rt::stream_t stream, rt::stream_t other, int other_device) {
+        rt::event_t e = nullptr;
+        {
+            DeviceGuard og(Device{other_device});
+            e = rt::event_create(false);
+        }
+        try {
+            {
+                DeviceGuard og(Device{other_device});
+                rt::event_record(e, other);
+            }
+            rt::stream_wait_event(stream, e);
+        } catch (...) {
+            (void)rt::api::cudaEventDestroy(e);  // the error being thrown is the one to report
+            throw;
+        }
+        rt::event_destroy(e);
+    }
+
+    static std::exception_ptr error_of(cudaError_t e, const char* what) {
+        try {
+            rt::check(e, what);
+        } catch (...) {
+            return std::current_exception();
+        }
+        return nullptr;
+    }
 
     std::string oom_message(std::size_t requested) {
         DeviceGuard g(Device{device_});

@@ -1,13 +1,36 @@
 // A block of device memory as the caching allocator tracks it: a whole cudaMalloc'd segment or a
-// piece of one, linked to its neighbours in the segment so frees can coalesce them.
+// piece of one, linked to its neighbours in the segment so frees can coalesce them. Also the
+// fallback wait every cache uses when a free cannot be ordered after a stream by an event.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <set>
 #include <vector>
 
+#include "../runtime/device.hpp"
 #include "../runtime/rt.hpp"
+
+namespace tessel::detail {
+// Waits for all work of `device` when no event can mark a stream's point in a free (the stream was
+// destroyed, or its device fails or does not exist), so the freed memory can be reused or returned safely. The
+// caller rethrows the error that made it wait; a failure of the wait itself (in the sim, an earlier
+// kernel's fault found by the synchronisation; on a GPU, a broken context) would be lost behind
+// that error, so it is reported here.
+inline void synchronize_for_free(int device) noexcept {
+    try {
+        if (device < 0 || device >= device_count()) return;  // no such device: nothing of it can be running
+        DeviceGuard g(Device{device});
+        rt::device_synchronize();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tessel: synchronising device %d to release freed memory failed: %s\n", device, e.what());
+    } catch (...) {
+        std::fprintf(stderr, "tessel: synchronising device %d to release freed memory failed\n", device);
+    }
+}
+}  // namespace tessel::detail
 
 namespace tessel::memory {
 

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "../core/env.hpp"
 #include "../core/error.hpp"
 
 namespace tessel::memory {
@@ -39,11 +40,10 @@ inline AllocatorConfig AllocatorConfig::parse(const std::string& text) {
         require(colon != std::string::npos, "TESSEL_ALLOC_CONF: '", item, "' is not key:value (e.g. max_split_size_mb:256)");
         const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
         if (key == "max_split_size_mb") {
-            char* end = nullptr;
-            const unsigned long long mb = std::strtoull(value.c_str(), &end, 10);
-            require(end && *end == '\0' && mb > 0, "TESSEL_ALLOC_CONF: max_split_size_mb must be a positive integer, not '",
-                    value, "'");
-            c.max_split_size = std::size_t(mb) << 20;
+            // At least one 20 MiB large-pool segment (smaller limits would forbid splitting altogether),
+            // at most what a size_t can hold in bytes.
+            c.max_split_size = std::size_t(env::parse_integer("TESSEL_ALLOC_CONF max_split_size_mb", value, 20,
+                                                              std::numeric_limits<std::size_t>::max() >> 20)) << 20;
         } else if (key == "backend") {
             if (value == "native") c.backend = Backend::native;
             else if (value == "async" || value == "cudaMallocAsync") c.backend = Backend::async;

@@ -4,14 +4,17 @@
 // within its stream, split when much larger than needed, and coalesced with free neighbours when
 // freed. A block used on other streams (record_stream) returns to the pool only after those
 // streams pass the point where it was freed. When cudaMalloc fails, the cache is released and the
-// allocation retried before OutOfMemoryError.
+// allocation retried before OutOfMemoryError. Under AddressSanitizer in the sim, what no caller owns
+// (free blocks, the slack past a request) is poisoned (asan.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <limits>
 #include <mutex>
-#include <cstdio>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "../runtime/device.hpp"
+#include "asan.hpp"
 #include "block.hpp"
 #include "config.hpp"
 #include "stats.hpp"
@@ -109,6 +113,9 @@ public:
     }
 
     // Returns a block. If other streams used it, it waits in the pool's limbo until they pass here.
+    // A stream whose point cannot be marked with an event (destroyed, or its device failing) is
+    // waited for by synchronising its device instead, so the block is never lost: the allocator is
+    // consistent and the block reusable when the first such error is rethrown.
     void free(Block* block) {
         std::lock_guard lk(m_);
         block->allocated = false;
@@ -119,19 +126,9 @@ public:
             free_block(block);
             return;
         }
-        try {
-            insert_events(block);
-        } catch (const std::exception& e) {
-            // The other streams cannot be waited for by event (a destroyed stream?): wait for the
-            // whole device instead, so the block is never lost from the pools.
-            std::fprintf(stderr, "tessel: waiting for device %d instead of recorded streams: %s\n", device_, e.what());
-            try {
-                DeviceGuard g(Device{device_});
-                rt::device_synchronize();
-            } catch (...) {
-            }
-            if (block->event_count == 0) free_block(block);
-        }
+        const std::exception_ptr error = insert_events(block);
+        if (block->event_count == 0) free_block(block);
+        if (error) std::rethrow_exception(error);
     }
 
     // Marks `block` as used by `stream` (of `stream_device`) too, so a free waits for work queued there.
@@ -169,6 +166,13 @@ public:
     }
 
     std::vector<SegmentInfo> snapshot();
+
+    // Every broken invariant of the cache, in words (empty when consistent): the blocks of each
+    // segment linked both ways at contiguous addresses, each block tracked exactly once (free in its
+    // pool, handed out, or waiting for events it has), free neighbours coalesced, and every
+    // statistic equal to what the blocks add up to. Under AddressSanitizer with no shadow change
+    // pending, also the poisoning of free blocks and of handed-out blocks' slack. For tests and fuzzers.
+    std::vector<std::string> check_invariants();
 
     // The largest free block in the cache (0 if none): how fragmented the cache is.
     std::size_t largest_free_block() {
@@ -222,6 +226,7 @@ private:
             p = rt::try_malloc_device(bytes);
         }
         if (!p) return nullptr;
+        asan::poison(p, bytes);  // nothing queued can use a fresh segment yet
         reserved_ += bytes;
         auto* b = new Block(device_, stream, bytes, &pool, static_cast<char*>(p));
         b->segment = ++segments_made_;
@@ -271,6 +276,11 @@ private:
         stat_increase(stats_.requested_bytes, small, std::int64_t(requested));
         stat_increase(stats_.active, small, 1);
         stat_increase(stats_.active_bytes, small, std::int64_t(block->size));
+        // The caller may use its bytes at once (unpoisoned now); the slack is poisoned once the
+        // previous owners' work queued on the stream has run, and that queued change also undoes
+        // their free's pending poisoning of these bytes.
+        asan::unpoison(block->ptr, requested);
+        shadow_.set_owned_after(block->stream, device_, block->ptr, block->size, requested);
         return block;
     }
 
@@ -280,6 +290,7 @@ private:
         const bool small = pool.is_small;
         stat_decrease(stats_.requested_bytes, small, std::int64_t(block->requested));  // as PyTorch: at the real free
         block->requested = 0;
+        shadow_.poison_after(block->stream, device_, block->ptr, block->size);  // before merging moves ptr
         const std::int64_t original = std::int64_t(block->size);
         std::int64_t split_blocks = 0, split_bytes = 0;
         for (Block* neighbour : {block->prev, block->next}) {
@@ -322,23 +333,41 @@ private:
         return absorbed;
     }
 
-    void insert_events(Block* block) {
+    // Marks the free point on every stream in block->stream_uses (emptying it). A stream that cannot
+    // be marked is waited for through its device; the first such error is returned.
+    std::exception_ptr insert_events(Block* block) {
+        std::exception_ptr first;
         while (!block->stream_uses.empty()) {
             const StreamUse use = block->stream_uses.back();
-            DeviceGuard g(Device{use.device});  // an event is recorded on its own device's stream
-            auto& spare = event_pool_[use.device];
-            rt::event_t e = spare.empty() ? rt::event_create(false) : spare.back();
-            if (!spare.empty()) spare.pop_back();
+            try {
+                record_free_event(block, use);
+            } catch (...) {
+                if (!first) first = std::current_exception();
+                detail::synchronize_for_free(use.device);
+            }
+            block->stream_uses.pop_back();
+        }
+        return first;
+    }
+
+    void record_free_event(Block* block, const StreamUse& use) {
+        DeviceGuard g(Device{use.device});  // an event is recorded on its own device's stream
+        auto& spare = event_pool_[use.device];
+        rt::event_t e = spare.empty() ? rt::event_create(false) : spare.back();
+        if (!spare.empty()) spare.pop_back();
+        try {
+            pending_.push_back(Pending{e, use.device, block});
             try {
                 rt::event_record(e, use.stream);
             } catch (...) {
-                spare.push_back(e);
+                pending_.pop_back();
                 throw;
             }
-            block->stream_uses.pop_back();
-            ++block->event_count;
-            pending_.push_back(Pending{e, use.device, block});
+        } catch (...) {
+            spare.push_back(e);
+            throw;
         }
+        ++block->event_count;
     }
 
     // Returns blocks whose recorded streams have passed their free point.
@@ -365,32 +394,40 @@ private:
     }
 
     void event_done(const Pending& p) {
+        if (--p.block->event_count == 0) free_block(p.block);  // first: the block must not depend on the spare list
         event_pool_[p.device].push_back(p.event);
-        if (--p.block->event_count == 0) free_block(p.block);
     }
 
-    // Frees every cached segment that is whole (not split) and unused.
+    // Frees every cached segment that is whole (not split) and unused. Each leaves the books before
+    // cudaFree: when cudaFree reports an error (in the sim, an earlier kernel's fault found by its
+    // device synchronisation, after the memory is freed; on a GPU, a broken context), the memory is
+    // gone or unusable either way. The first error is rethrown once every segment is handled.
     void release_cached_blocks() {
         synchronize_and_free_events();
-        for (BlockPool* pool : {&small_, &large_}) {
-            for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
-                Block* b = *it;
-                if (b->is_split()) {
-                    ++it;
-                    continue;
-                }
-                it = pool->blocks.erase(it);
-                {
-                    DeviceGuard g(Device{device_});
-                    rt::free_device(b->ptr);
-                }
-                reserved_ -= b->size;
-                stat_decrease(stats_.segment, pool->is_small, 1);
-                stat_decrease(stats_.reserved_bytes, pool->is_small, std::int64_t(b->size));
-                ++stats_.num_device_free;
-                delete b;
+        std::vector<Block*> whole;
+        for (BlockPool* pool : {&small_, &large_})
+            for (Block* b : pool->blocks)
+                if (!b->is_split()) whole.push_back(b);
+        if (whole.empty()) return;
+        shadow_.drain();  // no queued poisoning may land on memory the runtime has taken back
+        std::exception_ptr first;
+        for (Block* b : whole) {
+            BlockPool& pool = *b->pool;
+            pool.blocks.erase(b);
+            reserved_ -= b->size;
+            stat_decrease(stats_.segment, pool.is_small, 1);
+            stat_decrease(stats_.reserved_bytes, pool.is_small, std::int64_t(b->size));
+            ++stats_.num_device_free;
+            asan::unpoison(b->ptr, b->size);  // the runtime may write or free it
+            try {
+                DeviceGuard g(Device{device_});
+                rt::free_device(b->ptr);
+            } catch (...) {
+                if (!first) first = std::current_exception();
             }
+            delete b;
         }
+        if (first) std::rethrow_exception(first);
     }
 
     std::size_t largest_free_unlocked() const {
@@ -414,7 +451,162 @@ private:
     std::size_t reserved_limit_ = std::numeric_limits<std::size_t>::max();
     std::uint64_t segments_made_ = 0;
     ScopePeaks scopes_;  // open MemoryScopes
+    asan::ShadowQueue shadow_;  // stream-ordered poisoning (a no-op unless the sim runs under ASan)
 };
+
+inline std::vector<std::string> DeviceCachingAllocator::check_invariants() {
+    std::lock_guard lk(m_);
+    std::vector<std::string> bad;
+    auto report = [&](const auto&... parts) { bad.push_back(detail::concat("device ", device_, ": ", parts...)); };
+    auto at = [](const Block* b) { return static_cast<const void*>(b->ptr); };
+    auto pool_name = [](const BlockPool* p) { return p == nullptr ? "no" : p->is_small ? "small" : "large"; };
+
+    // Where each block is tracked: free in a pool's set, or active_ (handed out or waiting for events).
+    std::unordered_map<const Block*, const BlockPool*> pooled;
+    for (const BlockPool* pool : {&small_, &large_}) {
+        if (!std::is_sorted(pool->blocks.begin(), pool->blocks.end(), BlockOrder{}))
+            report("the ", pool_name(pool), " pool's free set is out of order (a block's key changed while in it)");
+        for (Block* b : pool->blocks) {
+            if (!pooled.emplace(b, pool).second) report("free block at ", at(b), " is in both pools");
+            if (pool->blocks.find(b) == pool->blocks.end())
+                report("free block at ", at(b), " cannot be found in its pool's set (its key changed while in it)");
+            if (b->pool != pool)
+                report("free block at ", at(b), " is in the ", pool_name(pool), " pool's set but belongs to the ",
+                       pool_name(b->pool), " pool");
+            if (b->allocated) report("block at ", at(b), " is allocated but in the free pool");
+            if (b->event_count != 0) report("free block at ", at(b), " still waits for ", b->event_count, " event(s)");
+            if (!b->stream_uses.empty()) report("free block at ", at(b), " still lists ", b->stream_uses.size(), " stream use(s)");
+            if (b->requested != 0) report("free block at ", at(b), " still counts ", b->requested, " requested bytes");
+            if (active_.count(b)) report("block at ", at(b), " is both free in the pool and active");
+        }
+    }
+    std::unordered_map<const Block*, int> events;  // pending events per block
+    for (const Pending& p : pending_) {
+        ++events[p.block];
+        if (!active_.count(p.block)) report("an event waits on block at ", at(p.block), ", which is not active");
+    }
+    for (Block* b : active_) {
+        if (!b->allocated && b->event_count == 0)
+            report("block at ", at(b), " is neither handed out, nor free in a pool, nor waiting for events: it is lost");
+        if (b->allocated && b->event_count != 0)
+            report("block at ", at(b), " is handed out while still waiting for ", b->event_count, " event(s) of its last free");
+        if (!b->allocated && !b->stream_uses.empty())
+            report("freed block at ", at(b), " still lists ", b->stream_uses.size(), " stream use(s) no event stands for");
+        if (events[b] != b->event_count)
+            report("block at ", at(b), " counts ", b->event_count, " pending event(s) but ", events[b], " are queued for it");
+        if (b->requested > b->size) report("block at ", at(b), " of ", b->size, " bytes was requested with ", b->requested);
+    }
+
+    // Every segment from its first block: linked both ways, contiguous, one stream, pool and id.
+    std::vector<const Block*> tracked;
+    for (const auto& [b, pool] : pooled) tracked.push_back(b);
+    for (const Block* b : active_) tracked.push_back(b);
+    std::unordered_set<const Block*> heads, seen;
+    for (const Block* b : tracked) {
+        std::unordered_set<const Block*> walked{b};
+        const Block* h = b;
+        while (h->prev && walked.insert(h->prev).second) h = h->prev;
+        if (h->prev) {
+            report("the prev links from block at ", at(b), " run in a cycle");
+            continue;
+        }
+        heads.insert(h);
+    }
+    struct Sums {
+        std::int64_t allocation = 0, allocated_bytes = 0, requested_bytes = 0, active = 0, active_bytes = 0, segment = 0,
+                     reserved_bytes = 0, inactive_split = 0, inactive_split_bytes = 0;
+    };
+    Sums sums[3];
+    auto add = [&](bool small, auto member, std::int64_t n) {
+        sums[0].*member += n;
+        sums[small ? 1 : 2].*member += n;
+    };
+    const bool shadow_settled = asan::enabled && shadow_.idle();
+    for (const Block* head : heads) {
+        const bool small = head->pool && head->pool->is_small;
+        std::size_t total = 0;
+        for (const Block* x = head; x; x = x->next) {
+            if (!seen.insert(x).second) {
+                report("segment ", head->segment, " links back to block at ", at(x), " (a cycle)");
+                break;
+            }
+            const bool is_pooled = pooled.count(x) != 0, is_active = active_.count(const_cast<Block*>(x)) != 0;
+            if (!is_pooled && !is_active)
+                report("block at ", at(x), " of segment ", head->segment, " is linked in but neither free in a pool nor active: it is lost");
+            if (x->size == 0 || x->size % kMinBlockSize != 0)
+                report("block at ", at(x), " has ", x->size, " bytes, not a positive multiple of ", kMinBlockSize);
+            if (x->segment != head->segment)
+                report("block at ", at(x), " says segment ", x->segment, " but is linked into segment ", head->segment);
+            if (x->pool != head->pool) report("block at ", at(x), " belongs to another pool than the rest of its segment");
+            if (x->stream != head->stream) report("block at ", at(x), " belongs to another stream than the rest of its segment");
+            if (x->device != device_) report("block at ", at(x), " says device ", x->device);
+            if (x->next) {
+                if (x->next->prev != x) report("block at ", at(x), ": the next block's prev link does not point back to it");
+                if (x->ptr + x->size != x->next->ptr)
+                    report("block at ", at(x), " (", x->size, " bytes) is not followed contiguously by the next block at ", at(x->next));
+                if (is_pooled && pooled.count(x->next))
+                    report("free blocks at ", at(x), " and ", at(x->next), " are neighbours in segment ", head->segment,
+                           " but were not coalesced");
+            }
+            total += x->size;
+            if (x->allocated) {
+                add(small, &Sums::allocation, 1);
+                add(small, &Sums::allocated_bytes, std::int64_t(x->size));
+            }
+            if (is_active) {
+                add(small, &Sums::active, 1);
+                add(small, &Sums::active_bytes, std::int64_t(x->size));
+                add(small, &Sums::requested_bytes, std::int64_t(x->requested));
+            }
+            if (is_pooled && x->is_split()) {
+                add(small, &Sums::inactive_split, 1);
+                add(small, &Sums::inactive_split_bytes, std::int64_t(x->size));
+            }
+            if (shadow_settled) {  // sampled: the first byte of free blocks, the edges of handed-out ones
+                if (is_pooled && !asan::is_poisoned(x->ptr)) report("free block at ", at(x), " is not poisoned");
+                if (x->allocated && x->requested > 0 && x->requested <= x->size) {
+                    if (asan::is_poisoned(x->ptr) || asan::is_poisoned(x->ptr + x->requested - 1))
+                        report("handed-out block at ", at(x), " has poisoned bytes within its ", x->requested, " requested");
+                    if (x->requested < x->size && !asan::is_poisoned(x->ptr + x->requested))
+                        report("handed-out block at ", at(x), " has unpoisoned slack past its ", x->requested, " requested bytes");
+                }
+            }
+        }
+        add(small, &Sums::segment, 1);
+        add(small, &Sums::reserved_bytes, std::int64_t(total));
+        if (small && total != kSmallBuffer)
+            report("small-pool segment ", head->segment, " at ", at(head), " has ", total, " bytes instead of ", kSmallBuffer);
+        if (!small && total % kRoundLarge != 0)
+            report("large-pool segment ", head->segment, " at ", at(head), " has ", total, " bytes, not a multiple of ", kRoundLarge);
+    }
+    for (const Block* b : tracked)
+        if (!seen.count(b)) report("block at ", at(b), " cannot be reached from the first block of its segment");
+
+    const char* pools[] = {"all", "small", "large"};
+    auto compare = [&](const char* name, const StatArray& stat, auto member) {
+        for (int i = 0; i < 3; ++i) {
+            const Stat& st = stat[std::size_t(i)];
+            const std::int64_t expected = sums[i].*member;
+            if (st.current != expected)
+                report("stats.", name, "[", pools[i], "].current is ", st.current, " but the blocks add up to ", expected);
+            if (st.peak < st.current) report("stats.", name, "[", pools[i], "].peak ", st.peak, " is below current ", st.current);
+            if (st.allocated - st.freed != st.current)
+                report("stats.", name, "[", pools[i], "]: allocated ", st.allocated, " - freed ", st.freed, " != current ", st.current);
+        }
+    };
+    compare("allocation", stats_.allocation, &Sums::allocation);
+    compare("allocated_bytes", stats_.allocated_bytes, &Sums::allocated_bytes);
+    compare("requested_bytes", stats_.requested_bytes, &Sums::requested_bytes);
+    compare("active", stats_.active, &Sums::active);
+    compare("active_bytes", stats_.active_bytes, &Sums::active_bytes);
+    compare("segment", stats_.segment, &Sums::segment);
+    compare("reserved_bytes", stats_.reserved_bytes, &Sums::reserved_bytes);
+    compare("inactive_split", stats_.inactive_split, &Sums::inactive_split);
+    compare("inactive_split_bytes", stats_.inactive_split_bytes, &Sums::inactive_split_bytes);
+    if (std::int64_t(reserved_) != stats_.reserved_bytes[0].current)
+        report("the reservation count ", reserved_, " differs from stats.reserved_bytes ", stats_.reserved_bytes[0].current);
+    return bad;
+}
 
 }  // namespace tessel::memory
 

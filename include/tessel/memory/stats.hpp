@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,7 +27,12 @@ struct Stat {
 
 // Which pool a statistic covers: all of them, the small pool (<= 1 MiB) or the large pool.
 enum class StatPool { all = 0, small_pool = 1, large_pool = 2 };
-using StatArray = std::array<Stat, 3>;
+// One Stat per StatPool: stats.allocated_bytes[StatPool::all].current (or [0], [1], [2]).
+struct StatArray : std::array<Stat, 3> {
+    using std::array<Stat, 3>::operator[];
+    Stat& operator[](StatPool p) { return (*this)[std::size_t(p)]; }
+    const Stat& operator[](StatPool p) const { return (*this)[std::size_t(p)]; }
+};
 
 inline void stat_increase(StatArray& s, bool small, std::int64_t n) {
     s[0].increase(n);

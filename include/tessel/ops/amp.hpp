@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +55,7 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
         launch(kernels::unscale_and_check<T, amp_tensors_per_launch, chunk>, GridDim(blocks, site), dim3(256), 0, stream, list,
                inv_scale, found_nonfinite);
     }
+    for (const Tensor<T>& t : tensors) t.storage()->note_write(stream);
 }
 
 // How a DynamicLossScaler's scale evolves (GradScaler's defaults).
@@ -86,19 +89,42 @@ public:
     DynamicLossScaler(const DynamicLossScaler&) = delete;
     DynamicLossScaler& operator=(const DynamicLossScaler&) = delete;
 
+    // The current scale.
     double scale() const { return scale_; }
+    // The loss times the current scale (a new tensor, computed on `stream`): backpropagate from it.
+    template <Element T>
+    Tensor<T> scale(const Tensor<T>& loss, std::optional<rt::stream_t> stream = {}) const {
+        static_assert(ops::is_float_type<T>, "DynamicLossScaler::scale: the loss is a floating-point tensor");
+        require(loss.defined(), "DynamicLossScaler::scale: the loss is an undefined (default-constructed) tensor");
+        return evaluate(loss * scale_, stream);
+    }
     int clean_steps() const { return tracker_; }
 
-    // Unscales the gradients in place (one launch per 64 tensors) and records any inf/NaN among them.
+    // Unscales the gradients in place (one launch per dtype and 64 tensors) and records any inf/NaN
+    // among them, on `stream` (default: the current stream of the scaler's device).
     template <Element T>
     void unscale(std::span<const Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
         stream_ = stream ? *stream : current_stream(device_).handle();
+        for (std::size_t k = 0; k < grads.size(); ++k)
+            require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
+                    grads[k].device().index, " but the scaler on device ", device_.index);
         unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
     }
     template <Element T>
     void unscale(const std::vector<Tensor<T>>& grads, std::optional<rt::stream_t> stream = {}) {
         unscale(std::span<const Tensor<T>>(grads), stream);
     }
+    template <Element T>
+    void unscale(std::initializer_list<Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
+        unscale(std::span<const Tensor<T>>(grads.begin(), grads.size()), stream);
+    }
+    // Gradients of several dtypes in one call, each group a Tensor<T>, std::vector<Tensor<T>> or
+    // std::span<const Tensor<T>>: scaler.unscale_all(stream, fp32_grads, bf16_grads).
+    template <class... Groups>
+    void unscale_all(std::optional<rt::stream_t> stream, const Groups&... groups) {
+        (unscale_group(groups, stream), ...);
+    }
+
     // Whether the gradients unscaled since the last update() held an inf or NaN (waits for them).
     bool found_nonfinite() const {
         unsigned v = 0;
@@ -119,6 +145,15 @@ public:
     }
 
 private:
+    template <Element T>
+    void unscale_group(const Tensor<T>& g, std::optional<rt::stream_t> stream) {
+        unscale(std::span<const Tensor<T>>(&g, 1), stream);
+    }
+    template <class G>
+    void unscale_group(const G& g, std::optional<rt::stream_t> stream) {
+        unscale(std::span<const typename G::value_type>(g.data(), g.size()), stream);
+    }
+
     Options o_;
     double scale_;
     int tracker_ = 0;

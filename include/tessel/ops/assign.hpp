@@ -186,7 +186,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     const auto out_range = detail::byte_range(out_.data(), out_.layout(), sizeof(Out));
     for (std::size_t k = 0; k < leaves.size(); ++k) {
         const LeafPlan& l = leaves[k];
-        if (l.storage != out_.storage().get() || l.layout.numel() == 0) continue;
+        if (l.layout.numel() == 0) continue;  // other storages too: two tensors may wrap the same memory (from_blob)
         const bool same_elements = static_cast<const void*>(out_.data()) == l.data && l.element_size == sizeof(Out) &&
                                    l.strides == out_.strides();
         const auto r = detail::byte_range(l.data, l.layout, l.element_size);
@@ -238,6 +238,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     };
     if (small) go(std::uint32_t{});
     else go(std::uint64_t{});
+    out_.storage()->note_write(stream);
 }
 
 }  // namespace tessel::ops
@@ -249,6 +250,25 @@ template <class E>
     requires std::is_base_of_v<Expression<E>, E>
 ops::Assignment<T, E> Tensor<T>::operator=(const E& expr) const {
     return ops::Assignment<T, E>(*this, expr);
+}
+template <Element T>
+template <class E>
+    requires std::is_base_of_v<Expression<E>, E>
+ops::Assignment<T, E> Tensor<T>::operator=(const E& expr) {
+    return ops::Assignment<T, E>(*this, expr);
+}
+
+template <Element T>
+template <class E>
+    requires std::is_base_of_v<Expression<E>, E>
+Tensor<T>::Tensor(const E& expr) {
+    std::optional<Device> device;
+    expr.visit_leaves([&](const auto& t) {
+        if (!device) device = t.device();
+    });
+    const TensorOptions o{.space = MemorySpace::device, .device = device};
+    *this = empty<T>(expr.shape(), o);
+    ops::Assignment<T, E>(*this, expr).run(o.resolved_stream());
 }
 
 #define TESSEL_COMPOUND_ASSIGNMENT(op, binary)                                       \

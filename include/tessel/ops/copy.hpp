@@ -102,6 +102,51 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
     with_element_word("gather_to_contiguous", element_size, by_index);
 }
 
+// Writes contiguous `src` into the strided view `layout` whose first element is `dst_first` (the view's
+// elements distinct), queued on `stream` of `device`.
+inline void scatter_from_contiguous(const void* src, void* dst_first, const Layout& layout, std::size_t element_size,
+                                    rt::stream_t stream, Device device) {
+    const std::int64_t n = layout.numel();
+    if (n == 0) return;
+    // Merge neighbours the view walks as one (row-major), dropping size-1 dims.
+    Shape shape, strides;
+    for (int d = 0; d < layout.rank(); ++d) {
+        if (layout.shape[d] == 1) continue;
+        const int last = shape.size() - 1;
+        if (last >= 0 && strides[last] == layout.strides[d] * layout.shape[d]) {
+            shape[last] *= layout.shape[d];
+            strides[last] = layout.strides[d];
+        } else {
+            shape.push_back(layout.shape[d]);
+            strides.push_back(layout.strides[d]);
+        }
+    }
+    if (shape.empty()) {
+        shape.push_back(1);
+        strides.push_back(1);
+    }
+    DeviceGuard guard(device);
+    const auto extent = layout.extent();
+    const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest - extent->lowest < std::numeric_limits<std::int32_t>::max();
+    auto run = [&]<class E, class I>(E, I) {
+        if (shape.size() == 1 && strides[0] == 1) {
+            rt::memcpy_async(dst_first, src, std::size_t(n) * element_size, stream);
+            return;
+        }
+        kernels::GatherStrided<I> g{shape.size(), {}, {}};
+        for (int d = 0; d < shape.size(); ++d) {
+            g.shape[d] = I(shape[d]);
+            g.in_stride[d] = strides[d];
+        }
+        const auto blocks = unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
+        launch(kernels::scatter_strided<E, I>, blocks, dim3(256), 0, stream, static_cast<const E*>(src), static_cast<E*>(dst_first), g, I(n));
+    };
+    with_element_word("scatter_from_contiguous", element_size, [&]<class E>(E e) {
+        if (small) run(e, std::uint32_t{});
+        else run(e, std::uint64_t{});
+    });
+}
+
 // Sets the n elements of element_size bytes at data to `bits` (its low element_size bytes), queued
 // on `stream` of `device`.
 inline void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device) {
@@ -125,6 +170,7 @@ inline void fill_device(void* data, std::size_t n, std::size_t element_size, std
 // Routes Tensor's strided device copies and device fills here (see the top of this file).
 inline const bool device_gather_registered = [] {
     tessel::detail::device_gather.store(&gather_to_contiguous);
+    tessel::detail::device_scatter.store(&scatter_from_contiguous);
     tessel::detail::device_fill.store(&fill_device);
     return true;
 }();

@@ -16,9 +16,25 @@
 namespace tessel {
 
 // Base of every expression node. Being in namespace tessel, it lets argument-dependent lookup find
-// tessel's operators and functions for any node.
+// tessel's operators and functions for any node. The tensor-reading members below exist only to turn
+// a forgotten evaluation into a compiler error that says what to write.
 template <class Derived>
-struct Expression {};
+struct Expression {
+#define TESSEL_LAZY_MEMBER(member)                                                                              \
+    template <class Lazy = Derived, class... A>                                                                 \
+    void member(A&&...) const {                                                                                 \
+        static_assert(sizeof(Lazy) == 0,                                                                        \
+                      "tessel: an expression is lazy and holds no values; evaluate it first: "                 \
+                      "tessel::evaluate(expr) or Tensor<T> t = expr; or write into a tensor: (out = expr).run(stream)"); \
+    }
+    TESSEL_LAZY_MEMBER(item)
+    TESSEL_LAZY_MEMBER(to_vector)
+    TESSEL_LAZY_MEMBER(to_host)
+    TESSEL_LAZY_MEMBER(data)
+    TESSEL_LAZY_MEMBER(contiguous)
+    TESSEL_LAZY_MEMBER(to_string)
+#undef TESSEL_LAZY_MEMBER
+};
 
 namespace ops {
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/kernel.hpp"  // __host__ __device__ and the CUDA math functions (rsqrtf) in both backends
 #include "promote.hpp"
 
 namespace tessel::ops {
@@ -57,24 +58,48 @@ __host__ __device__ inline bool is_nan(C x) {
     else return false;
 }
 
+// Integer +, - and * that wrap (two's complement) on overflow, as a GPU's integer units do: done in
+// the unsigned type, where C++ defines the wrap, so the sanitizer builds never abort on a user's
+// overflowing sum. Floating types compute as usual.
+template <class C>
+__host__ __device__ inline C wrapping_add(C a, C b) {
+    if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool> && sizeof(C) >= sizeof(int))
+        return C(std::make_unsigned_t<C>(a) + std::make_unsigned_t<C>(b));
+    else return C(a + b);
+}
+template <class C>
+__host__ __device__ inline C wrapping_sub(C a, C b) {
+    if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool> && sizeof(C) >= sizeof(int))
+        return C(std::make_unsigned_t<C>(a) - std::make_unsigned_t<C>(b));
+    else return C(a - b);
+}
+template <class C>
+__host__ __device__ inline C wrapping_mul(C a, C b) {
+    if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool> && sizeof(C) >= sizeof(int))
+        return C(std::make_unsigned_t<C>(a) * std::make_unsigned_t<C>(b));
+    else if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+        return C(unsigned(a) * unsigned(b));  // narrower types promote to int, whose product could overflow
+    else return C(a * b);
+}
+
 // ---- binary -------------------------------------------------------------------------------------
 struct Add {
     static constexpr Kind kind = Kind::arithmetic;
     static constexpr const char* name = "+";
     template <class C>
-    __host__ __device__ C operator()(C a, C b) const { return C(a + b); }
+    __host__ __device__ C operator()(C a, C b) const { return wrapping_add(a, b); }
 };
 struct Sub {
     static constexpr Kind kind = Kind::arithmetic;
     static constexpr const char* name = "-";
     template <class C>
-    __host__ __device__ C operator()(C a, C b) const { return C(a - b); }
+    __host__ __device__ C operator()(C a, C b) const { return wrapping_sub(a, b); }
 };
 struct Mul {
     static constexpr Kind kind = Kind::arithmetic;
     static constexpr const char* name = "*";
     template <class C>
-    __host__ __device__ C operator()(C a, C b) const { return C(a * b); }
+    __host__ __device__ C operator()(C a, C b) const { return wrapping_mul(a, b); }
 };
 struct Div {
     static constexpr Kind kind = Kind::divide;

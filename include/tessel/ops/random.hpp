@@ -2,6 +2,8 @@
 // reproducible from (seed, offset) whatever the launch configuration or device.
 #pragma once
 
+#include <cmath>
+
 #include <cstdint>
 #include <optional>
 #include <source_location>
@@ -26,8 +28,10 @@ template <kernels::Distribution D, Element T>
 void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double a, double b,
                  std::optional<rt::stream_t> stream, std::source_location site) {
     static_assert(is_float_type<T>, "random fills produce floating-point tensors");
-    require(t.defined() && t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed), name,
-            ": needs a contiguous device tensor");
+    require(t.defined(), name, ": the tensor is undefined (default-constructed)");
+    require(t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed), name,
+            ": needs a contiguous device or managed tensor, got ", space_name(t.space()), " memory, shape ", t.shape().to_string(),
+            ", strides ", t.strides().to_string());
     const std::uint64_t n = std::uint64_t(t.numel());
     if (n == 0) return;
     const Device device = t.device();
@@ -35,20 +39,24 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
     constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
     const std::uint64_t blocks_needed = (offset % per_block + n + per_block - 1) / per_block;
     const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(max_blocks(device, 32))));
-    launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, stream ? *stream : current_stream(device).handle(), t.data(),
-           n, seed, offset, a, b);
+    const rt::stream_t s = stream ? *stream : current_stream(device).handle();
+    launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, s, t.data(), n, seed, offset, a, b);
+    t.storage()->note_write(s);
 }
 }  // namespace ops::detail
 
 template <Element T>
 void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double lo, double hi, std::optional<rt::stream_t> stream,
                   std::source_location site) {
+    require(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "uniform_fill: the range [", lo, ", ", hi,
+            ") must be finite with lo <= hi");
     ops::detail::random_fill<kernels::Distribution::uniform>("uniform_fill", t, seed, offset, lo, hi, stream, site);
 }
 template <Element T>
 void normal_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double mean, double stddev,
                  std::optional<rt::stream_t> stream, std::source_location site) {
-    require(stddev >= 0, "normal_fill: stddev must not be negative, got ", stddev);
+    require(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0, "normal_fill: mean ", mean, " and stddev ", stddev,
+            " must be finite, stddev not negative");
     ops::detail::random_fill<kernels::Distribution::normal>("normal_fill", t, seed, offset, mean, stddev, stream, site);
 }
 

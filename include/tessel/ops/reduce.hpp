@@ -312,12 +312,14 @@ auto norm(const X& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = 
 template <ops::reducible X>
 auto var(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
          std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+    require(correction >= 0, "var: correction ", correction, " must not be negative (1: unbiased, 0: population)");
     return ops::detail::reduce_any("var", x, ops::VarianceReducer<ops::element_of<X>, false>{correction}, axes, keepdim, stream, site);
 }
 // Standard deviation: the square root of var.
 template <ops::reducible X>
 auto stddev(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
             std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+    require(correction >= 0, "stddev: correction ", correction, " must not be negative (1: unbiased, 0: population)");
     return ops::detail::reduce_any("stddev", x, ops::VarianceReducer<ops::element_of<X>, true>{correction}, axes, keepdim, stream, site);
 }
 

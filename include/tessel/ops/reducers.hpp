@@ -36,7 +36,7 @@ struct SumReducer {
     using out_t = std::conditional_t<is_float_type<T>, T, std::int64_t>;
     __host__ __device__ acc_t identity() const { return acc_t(0); }
     __host__ __device__ acc_t load(T x, std::int64_t) const { return cast<acc_t>(x); }
-    __host__ __device__ acc_t combine(acc_t a, acc_t b) const { return a + b; }
+    __host__ __device__ acc_t combine(acc_t a, acc_t b) const { return wrapping_add(a, b); }  // integers wrap, as on a GPU
     __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return cast<out_t>(a); }
 };
 // Mean: the sum divided by the count (integers and bool give float32).

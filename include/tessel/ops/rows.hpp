@@ -235,6 +235,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const std::type_identity_t<std::optiona
                      std::source_location site = std::source_location::current()) {
     using C = ops::detail::row_compute_t<T>;
     require(x.defined() && x.dim() > 0, "layer_norm: needs a defined tensor of at least one dim");
+    require(std::isfinite(eps) && eps >= 0, "layer_norm: eps ", eps, " must be finite and not negative");
     const ops::LayerNormRow<T, C> op{ops::detail::parameter("layer_norm", "weight", weight, x),
                                      ops::detail::parameter("layer_norm", "bias", bias, x), C(eps)};
     return ops::detail::normalize_rows("layer_norm", x, -1, op, stream, site);
@@ -245,6 +246,7 @@ Tensor<T> rms_norm(const Tensor<T>& x, const std::type_identity_t<std::optional<
                    std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
     using C = ops::detail::row_compute_t<T>;
     require(x.defined() && x.dim() > 0, "rms_norm: needs a defined tensor of at least one dim");
+    require(std::isfinite(eps) && eps >= 0, "rms_norm: eps ", eps, " must be finite and not negative");
     const ops::RmsNormRow<T, C> op{ops::detail::parameter("rms_norm", "weight", weight, x), C(eps)};
     return ops::detail::normalize_rows("rms_norm", x, -1, op, stream, site);
 }

@@ -91,11 +91,11 @@ struct RowOf {
 };
 template <class A>
 struct MultiplyOp {
-    __host__ __device__ A operator()(A a, A b) const { return a * b; }
+    __host__ __device__ A operator()(A a, A b) const { return wrapping_mul(a, b); }
 };
 template <class A>
 struct AddOp {
-    __host__ __device__ A operator()(A a, A b) const { return a + b; }
+    __host__ __device__ A operator()(A a, A b) const { return wrapping_add(a, b); }
 };
 #endif
 
@@ -209,8 +209,8 @@ auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<rt::stre
         rt::stream_synchronize(stream);
         for (std::int64_t r = 0; r < n / cols; ++r) {
             Acc* row = acc.data() + r * cols;
-            if constexpr (Product) std::inclusive_scan(row, row + cols, row, [](Acc a, Acc b) { return Acc(a * b); });
-            else std::inclusive_scan(row, row + cols, row);
+            if constexpr (Product) std::inclusive_scan(row, row + cols, row, [](Acc a, Acc b) { return wrapping_mul(a, b); });
+            else std::inclusive_scan(row, row + cols, row, [](Acc a, Acc b) { return wrapping_add(a, b); });
         }
 #endif
     }

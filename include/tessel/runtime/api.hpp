@@ -62,6 +62,7 @@ using ::cudaRuntimeGetVersion;
 using ::cudaSetDevice;
 using ::cudaStreamCreateWithPriority;
 using ::cudaStreamDestroy;
+using ::cudaStreamGetDevice;
 using ::cudaStreamQuery;
 using ::cudaStreamSynchronize;
 using ::cudaStreamWaitEvent;

@@ -49,13 +49,21 @@ struct DeviceProperties {
 namespace detail {
 struct Availability {
     int count = 0;
-    std::string reason;  // empty when count > 0
+    std::string reason;        // empty when count > 0
+    bool bad_setting = false;  // a TESSEL_* variable was malformed: reason is its InvalidArgument message
 };
 inline const Availability& availability() {
     static const Availability a = [] {
         Availability r;
         int n = 0;
-        const cudaError_t e = rt::api::cudaGetDeviceCount(&n);
+        cudaError_t e = cudaSuccess;
+        try {
+            e = rt::api::cudaGetDeviceCount(&n);
+        } catch (const InvalidArgument& bad) {  // the sim's TESSEL_SIM_* settings: no devices, and say why
+            r.reason = bad.what();
+            r.bad_setting = true;
+            return r;
+        }
         if (e != cudaSuccess) {
             (void)rt::api::cudaGetLastError();
             r.reason = std::string("no usable CUDA device: the CUDA runtime reports ") + rt::api::cudaGetErrorName(e) +
@@ -72,13 +80,16 @@ inline const Availability& availability() {
 }
 inline void require_device(Device d) {
     const int n = availability().count;
+    if (n == 0 && availability().bad_setting) fail<InvalidArgument>(availability().reason);
     if (n == 0) fail<Unsupported>(availability().reason);
     require(d.index >= 0 && d.index < n, "device ", d.index, " does not exist: ", n, " device(s) are visible (indices 0..",
             n - 1, ")");
 }
 }  // namespace detail
 
-// Devices the runtime can see; 0 when there is no GPU or driver (never throws).
+// Devices the runtime can see; 0 when there is no GPU or driver, or when a TESSEL_SIM_* variable is
+// malformed (never throws: unavailable_reason() then quotes the variable, and every call that needs
+// a device throws that InvalidArgument).
 inline int device_count() { return detail::availability().count; }
 inline bool is_available() { return device_count() > 0; }
 // A sentence saying why no device is available; empty when one is.

@@ -41,9 +41,17 @@ inline void* try_malloc_device(std::size_t bytes) {
     return p;
 }
 
+// Page-locked host memory; OutOfMemoryError (as for device memory) when the system has none to give.
 inline void* malloc_pinned(std::size_t bytes) {
     void* p = nullptr;
-    TESSEL_CUDA_CHECK(api::cudaMallocHost(&p, bytes));
+    const cudaError_t e = api::cudaMallocHost(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)api::cudaGetLastError();
+        fail<OutOfMemoryError>("out of pinned host memory: tried to allocate ", bytes,
+                               " bytes of page-locked memory. Free pinned tensors you no longer need, call "
+                               "tessel::memory::empty_host_cache(), or use pageable host memory for large buffers.");
+    }
+    check(e, "cudaMallocHost");
     return p;
 }
 inline void free_pinned(void* p) { TESSEL_CUDA_CHECK(api::cudaFreeHost(p)); }
@@ -51,7 +59,15 @@ inline void free_pinned(void* p) { TESSEL_CUDA_CHECK(api::cudaFreeHost(p)); }
 // Unified (managed) memory, addressable from host and device; migrated on demand or by prefetch.
 inline void* malloc_managed(std::size_t bytes) {
     void* p = nullptr;
-    TESSEL_CUDA_CHECK(api::cudaMallocManaged(&p, bytes, cudaMemAttachGlobal));
+    const cudaError_t e = api::cudaMallocManaged(&p, bytes, cudaMemAttachGlobal);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)api::cudaGetLastError();
+        int dev = 0;
+        (void)api::cudaGetDevice(&dev);
+        fail<OutOfMemoryError>("out of managed memory: tried to allocate ", bytes, " bytes of unified memory for device ", dev,
+                               ". Free tensors you no longer need or use smaller sizes.");
+    }
+    check(e, "cudaMallocManaged");
     return p;
 }
 // Where managed memory should move to: a device ordinal, or the host (-1).
@@ -103,6 +119,13 @@ inline bool stream_query(stream_t s) {
     if (e == cudaErrorNotReady) return false;
     check(e, "cudaStreamQuery");
     return true;
+}
+// The device a stream belongs to (the current device for the default stream); throws CudaError
+// for a handle that is not a live stream.
+inline int stream_device(stream_t s) {
+    int d = 0;
+    TESSEL_CUDA_CHECK(api::cudaStreamGetDevice(s, &d));
+    return d;
 }
 inline void stream_wait_event(stream_t s, event_t e) { TESSEL_CUDA_CHECK(api::cudaStreamWaitEvent(s, e, 0)); }
 

@@ -1,13 +1,15 @@
 // Settings of the simulated device and execution, read once from the environment.
 #pragma once
 
-#include <cctype>
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "../core/env.hpp"
 
 namespace tessel::sim {
 
@@ -22,39 +24,27 @@ struct Config {
     static Config from_env();
 };
 
-// Parses "16GiB", "512MiB", "1G", "4096" (bytes) into a byte count; throws on anything else.
-inline std::size_t parse_bytes(const std::string& text, const char* variable) {
-    std::size_t pos = 0;
-    unsigned long long value = 0;
-    try {
-        value = std::stoull(text, &pos);
-    } catch (...) {
-        throw std::invalid_argument(std::string(variable) + "='" + text + "' is not a size (e.g. 16GiB, 512MiB, 1048576)");
-    }
-    std::string unit = text.substr(pos);
-    for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
-    std::size_t scale = 1;
-    if (unit.empty() || unit == "b") scale = 1;
-    else if (unit == "k" || unit == "kib" || unit == "kb") scale = std::size_t(1) << 10;
-    else if (unit == "m" || unit == "mib" || unit == "mb") scale = std::size_t(1) << 20;
-    else if (unit == "g" || unit == "gib" || unit == "gb") scale = std::size_t(1) << 30;
-    else throw std::invalid_argument(std::string(variable) + "='" + text + "': unknown unit '" + unit + "' (use KiB, MiB or GiB)");
-    return std::size_t(value) * scale;
-}
+// The limits of each variable (docs/sim.md).
+inline constexpr std::uint64_t max_memory_bytes = std::uint64_t(1) << 50;  // 1 PiB: capacity arithmetic never wraps
+inline constexpr int max_devices = 64, max_workers = 1024;
+inline constexpr std::uint64_t min_stack_kb = 64, max_stack_kb = 1 << 20;
 
+// Reads the TESSEL_SIM_* variables strictly (tessel::env): a malformed or out-of-range value is an
+// InvalidArgument naming the variable and its range.
 inline Config Config::from_env() {
     Config c;
-    if (const char* v = std::getenv("TESSEL_SIM_MEMORY"); v && *v) c.memory_bytes = parse_bytes(v, "TESSEL_SIM_MEMORY");
-    if (const char* v = std::getenv("TESSEL_SIM_DEVICES"); v && *v) {
-        c.devices = std::atoi(v);
-        if (c.devices < 1 || c.devices > 64)
-            throw std::invalid_argument(std::string("TESSEL_SIM_DEVICES='") + v + "' must be between 1 and 64");
-    }
-    if (const char* v = std::getenv("TESSEL_SIM_WORKERS"); v && *v) c.workers = std::atoi(v);
+    auto get = [](const char* name) -> const char* {
+        const char* v = std::getenv(name);
+        return v && *v ? v : nullptr;
+    };
+    if (const char* v = get("TESSEL_SIM_MEMORY")) c.memory_bytes = std::size_t(env::parse_bytes("TESSEL_SIM_MEMORY", v, 1, max_memory_bytes));
+    if (const char* v = get("TESSEL_SIM_DEVICES")) c.devices = int(env::parse_integer("TESSEL_SIM_DEVICES", v, 1, max_devices));
+    if (const char* v = get("TESSEL_SIM_WORKERS")) c.workers = int(env::parse_integer("TESSEL_SIM_WORKERS", v, 0, max_workers));
     if (c.workers <= 0) c.workers = int(std::max(1u, std::thread::hardware_concurrency()));
-    if (const char* v = std::getenv("TESSEL_SIM_SHUFFLE"); v && *v) c.shuffle_seed = std::stoull(v);
-    if (const char* v = std::getenv("TESSEL_SIM_STACK_KB"); v && *v) c.fiber_stack_bytes = std::size_t(std::atoi(v)) * 1024;
-    if (c.fiber_stack_bytes < 64 * 1024) c.fiber_stack_bytes = 64 * 1024;
+    if (const char* v = get("TESSEL_SIM_SHUFFLE"))
+        c.shuffle_seed = env::parse_integer("TESSEL_SIM_SHUFFLE", v, 0, std::numeric_limits<std::uint64_t>::max());
+    if (const char* v = get("TESSEL_SIM_STACK_KB"))
+        c.fiber_stack_bytes = std::size_t(env::parse_integer("TESSEL_SIM_STACK_KB", v, min_stack_kb, max_stack_kb)) * 1024;
     return c;
 }
 

@@ -434,6 +434,11 @@ inline cudaError_t cudaFree(void* p) {
 inline cudaError_t cudaMallocHost(void** p, std::size_t n) {
     *p = nullptr;
     if (n == 0) return detail::ok();
+    // Page-locked memory cannot exceed physical memory (and AddressSanitizer aborts on absurd sizes).
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0 && n > std::size_t(pages) * std::size_t(page))
+        return detail::fail(cudaErrorMemoryAllocation, "cannot pin " + std::to_string(n) + " bytes: the machine has " +
+                                                           std::to_string(std::size_t(pages) * std::size_t(page)) + " bytes");
     void* mem = nullptr;
     if (::posix_memalign(&mem, 4096, n) != 0) return detail::fail(cudaErrorMemoryAllocation, "pinned host allocation failed");
     std::lock_guard lk(detail::rt().m);
@@ -556,6 +561,11 @@ inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     if (!st->reached(st->tail())) return cudaErrorNotReady;
     return detail::report(st);
 }
+inline cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device) {
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    *device = detail::resolve(s)->device;
+    return detail::ok();
+}
 inline cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio) {
     *prio = detail::resolve(s)->priority;
     return detail::ok();
@@ -599,15 +609,18 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     return detail::ok();
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventQuery on a null event");
     std::lock_guard lk(e->m);
     if (!e->stream || e->stream->reached(e->seq)) return detail::ok();
     return cudaErrorNotReady;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize on a null event");
     e->wait();
     return detail::ok();
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start || !end || !ms) return detail::fail(cudaErrorInvalidValue, "cudaEventElapsedTime with a null event or result");
     if ((start->flags & cudaEventDisableTiming) || (end->flags & cudaEventDisableTiming))
         return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
     for (cudaEvent_t e : {start, end}) {
@@ -621,6 +634,7 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on a null event");
     auto [src, seq] = e->position();
     if (src && !src->reached(seq)) detail::enqueue(detail::resolve(s), [src, seq] { src->wait_for(seq); });
     return detail::ok();
@@ -667,8 +681,8 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
     if (smem > limit)
         return detail::fail(cudaErrorInvalidValue,
                             std::to_string(smem) + " bytes of dynamic shared memory requested; the limit for this kernel is " +
-                                std::to_string(limit) + " bytes (raise it with cudaFuncSetAttribute("
-                                "cudaFuncAttributeMaxDynamicSharedMemorySize), up to " +
+                                std::to_string(limit) + " bytes (raise it with tessel::rt::set_max_dynamic_smem(kernel, bytes), "
+                                "i.e. cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize), up to " +
                                 std::to_string(p.sharedMemPerBlockOptin) + ")");
     if (cluster.x == 0 || cluster.y == 0 || cluster.z == 0) return bad("cluster dimensions " + dims(cluster) + " contain a zero");
     if (grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z)

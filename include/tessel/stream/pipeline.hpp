@@ -7,10 +7,12 @@
 #include <cstring>
 #include <exception>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "../memory/allocator.hpp"
 #include "../memory/host_allocator.hpp"
+#include "../tensor/tensor.hpp"
 #include "stream.hpp"
 
 namespace tessel {
@@ -92,6 +94,32 @@ void overlap_pipeline(std::span<const In> input, std::span<Out> output, Step&& s
         throw;
     }
     if (auto e = release()) std::rethrow_exception(e);
+}
+
+// The same over tensors: `input` and `output` are contiguous host or pinned tensors of equal element
+// counts, and `step(const Tensor<In>& in, const Tensor<Out>& out, rt::stream_t stream)` receives each
+// chunk as 1-d device tensors, e.g. [](auto& in, auto& out, auto s) { (out = in * 3 + 1).run(s); }.
+template <Element In, Element Out, class Step>
+void overlap_pipeline(const Tensor<In>& input, const Tensor<Out>& output, Step&& step, PipelineOptions o = {}) {
+    for (const auto& [what, defined, space, contiguous] :
+         {std::tuple{"input", input.defined(), input.defined() ? input.space() : MemorySpace::host, input.defined() && input.is_contiguous()},
+          std::tuple{"output", output.defined(), output.defined() ? output.space() : MemorySpace::host,
+                     output.defined() && output.is_contiguous()}}) {
+        require(defined, "overlap_pipeline: the ", what, " tensor is undefined (default-constructed)");
+        require(is_plain_host(space) && contiguous, "overlap_pipeline: the ", what, " must be a contiguous host or pinned tensor (it is ",
+                space_name(space), contiguous ? "" : ", strided", "); the pipeline moves host data through the device");
+    }
+    require(input.numel() == output.numel(), "overlap_pipeline: the input has ", input.numel(), " elements (shape ",
+            input.shape().to_string(), ") but the output ", output.numel(), " (shape ", output.shape().to_string(), ")");
+    const auto n = std::size_t(input.numel());
+    overlap_pipeline(std::span<const In>(input.data(), n), std::span<Out>(output.data(), n),
+                     [&](const In* in, Out* out, std::size_t m, rt::stream_t stream) {
+                         const Device d = current_device();
+                         const Shape shape{std::int64_t(m)};
+                         step(from_blob<In>(const_cast<In*>(in), shape, MemorySpace::device, d),
+                              from_blob<Out>(out, shape, MemorySpace::device, d), stream);
+                     },
+                     o);
 }
 
 }  // namespace tessel

@@ -73,7 +73,20 @@ public:
     }
     static Stream default_stream(Device d) { return Stream(nullptr, d, 0); }
 
+    // Moving copies: a moved-from Stream still names its stream (a value, as c10::cuda::CUDAStream).
+    Stream(const Stream&) = default;
+    Stream(Stream&& o) noexcept : handle_(o.handle_), device_(o.device_), priority_(o.priority_) {}
+    Stream& operator=(const Stream&) = default;
+    Stream& operator=(Stream&& o) noexcept {
+        handle_ = o.handle_;
+        device_ = o.device_;
+        priority_ = o.priority_;
+        return *this;
+    }
+
     rt::stream_t handle() const { return handle_.get(); }
+    // Every tessel function that takes a raw stream handle takes a Stream too.
+    operator rt::stream_t() const noexcept { return handle_.get(); }
     Device device() const { return device_; }
     int priority() const { return priority_; }
     bool is_default() const { return handle_ == nullptr; }
@@ -114,27 +127,42 @@ public:
     Event& operator=(const Event&) = delete;
 
     void record(const Stream& s) {
+        need("record");
         require(s.device() == device_, "Event::record: the event belongs to device ", device_.index,
                 " but the stream to device ", s.device().index);
         rt::event_record(event_, s.handle());
     }
-    void synchronize() const { rt::event_synchronize(event_); }
-    bool query() const { return rt::event_query(event_); }
+    // Records on a raw stream handle of this event's device.
+    void record(rt::stream_t s) { rt::event_record(need("record"), s); }
+    void synchronize() const { rt::event_synchronize(need("synchronize")); }
+    bool query() const { return rt::event_query(need("query")); }
     // Milliseconds from this event to `end`; both must have completed and have timing enabled.
     float elapsed_ms(const Event& end) const {
+        need("elapsed_ms");
+        end.need("elapsed_ms (its end event)");
         require(timing_ && end.timing_, "Event::elapsed_ms: both events need timing (Event(true))");
         return rt::event_elapsed_ms(event_, end.event_);
     }
     rt::event_t handle() const { return event_; }
     Device device() const { return device_; }
+    // False once moved from.
+    bool valid() const { return event_ != nullptr; }
 
 private:
+    rt::event_t need(const char* what) const {
+        require(event_ != nullptr, "Event::", what, ": this Event was moved from and holds no event");
+        return event_;
+    }
+
     rt::event_t event_ = nullptr;
     Device device_;
     bool timing_;
 };
 
-inline void Stream::wait(const Event& e) const { rt::stream_wait_event(handle(), e.handle()); }
+inline void Stream::wait(const Event& e) const {
+    require(e.valid(), "Stream::wait: the Event was moved from and holds no event");
+    rt::stream_wait_event(handle(), e.handle());
+}
 
 namespace detail {
 inline std::vector<Stream>& current_streams() {

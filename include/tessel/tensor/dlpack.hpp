@@ -8,6 +8,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <string>
 
 #include "tensor.hpp"
@@ -91,20 +92,29 @@ Tensor<T> from_dlpack(DLManagedTensor* m) {
     require(dl.ndim >= 0 && dl.ndim <= max_rank, "from_dlpack: rank ", dl.ndim, " is not between 0 and ", max_rank);
     require(dl.byte_offset % sizeof(T) == 0, "from_dlpack: byte_offset ", dl.byte_offset, " is not a multiple of the element size ",
             sizeof(T));
+    require(dl.ndim == 0 || dl.shape != nullptr, "from_dlpack: rank ", dl.ndim, " but the shape array is null");
     MemorySpace space = MemorySpace::host;
-    Device device{0};
+    Device device{dl.device.device_id};
     switch (dl.device.device_type) {
-        case kDLCUDA:
-            space = MemorySpace::device;
-            device = Device{dl.device.device_id};
-            require(device.index >= 0 && device.index < device_count(), "from_dlpack: CUDA device ", device.index,
-                    " does not exist (", device_count(), " visible)");
-            break;
-        case kDLCUDAHost: space = MemorySpace::pinned; break;
+        case kDLCUDA: space = MemorySpace::device; break;
         case kDLCUDAManaged: space = MemorySpace::managed; break;
+        case kDLCUDAHost: space = MemorySpace::pinned; break;
         case kDLCPU: space = MemorySpace::host; break;
-        default: fail<Unsupported>("from_dlpack: device type ", int(dl.device.device_type), " is not CPU, CUDA or CUDA host memory");
+        default:
+            fail<Unsupported>("from_dlpack: device type ", int(dl.device.device_type),
+                              " is not CPU (1), CUDA (2), CUDA host (3) or CUDA managed (13) memory");
     }
+    if (space == MemorySpace::device || space == MemorySpace::managed) {
+        require(device.index >= 0 && device.index < device_count(), "from_dlpack: ",
+                space == MemorySpace::device ? "CUDA" : "CUDA managed", " device ", device.index, " does not exist (",
+                device_count(), " visible)");
+    } else {  // host memory has one device, 0
+        require(device.index == 0, "from_dlpack: ", space == MemorySpace::host ? "CPU" : "CUDA host", " memory with device_id ",
+                device.index, " (DLPack expects 0)");
+        device = Device{0};
+    }
+    require(dl.data != nullptr || (dl.ndim > 0 && std::find(dl.shape, dl.shape + dl.ndim, 0) != dl.shape + dl.ndim),
+            "from_dlpack: null data pointer for a tensor with elements");
     Shape shape, strides;
     for (int d = 0; d < dl.ndim; ++d) shape.push_back(dl.shape[d]);
     if (dl.strides) {
@@ -112,7 +122,7 @@ Tensor<T> from_dlpack(DLManagedTensor* m) {
     } else {
         strides = Layout::contiguous(shape).strides;
     }
-    T* base = reinterpret_cast<T*>(static_cast<char*>(dl.data) + dl.byte_offset);
+    T* base = dl.data ? reinterpret_cast<T*>(static_cast<char*>(dl.data) + dl.byte_offset) : nullptr;
     Tensor<T> t = from_blob<T>(base, shape, space, device, [m](void*) { m->deleter ? m->deleter(m) : void(); }, strides);
     guard.m = nullptr;  // the storage's deleter owns it now
     return t;

@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <type_traits>
 
@@ -23,7 +24,7 @@ struct dtype_traits;
     template <>                                                      \
     struct dtype_traits<T> {                                         \
         static constexpr DType dtype = DType::tag;                   \
-        static constexpr std::string_view name = label;              \
+        static constexpr const char* name = label; /* prints with %s */ \
         static constexpr bool is_floating = floating;                \
         using accumulate_type = Acc;                                 \
     };
@@ -49,7 +50,7 @@ inline constexpr DType dtype_of = dtype_traits<T>::dtype;
 template <Element T>
 using accumulate_t = typename dtype_traits<T>::accumulate_type;
 
-inline constexpr std::string_view dtype_name(DType d) {
+inline constexpr const char* dtype_name(DType d) {  // a C string: prints with %s too
     switch (d) {
         case DType::f64: return "float64";
         case DType::f32: return "float32";
@@ -77,11 +78,35 @@ inline constexpr std::size_t dtype_size(DType d) {
     }
 }
 
-// Value conversions through float for the reduced-precision types (their constructors take float).
+namespace detail {
+// The largest finite value of a reduced floating type (fp8 e4m3: 448, e5m2: 57344, half: 65504).
+template <class T>
+T largest_finite() {
+    if constexpr (std::is_same_v<T, __half>) return T(65504.0f);
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return T(3.38953139e38f);
+    else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return T(448.0f);
+    else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) return T(57344.0f);
+    else return std::numeric_limits<T>::max();
+}
+}  // namespace detail
+
+// Value conversions on the host, with the device's semantics (tessel::ops::cast): the reduced types
+// go through float; floating to integer truncates toward zero, saturates at the integer's range and
+// gives 0 for NaN; anything to bool is `!= 0`.
 template <class To, class From>
 To convert(From v) {
     if constexpr (std::is_same_v<To, From>) return v;
     else if constexpr (dtype_traits<From>::is_floating && !std::is_arithmetic_v<From>) return convert<To>(float(v));
+    else if constexpr (std::is_same_v<To, bool>) return v != From(0);
+    else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+        if (!(v == v)) return To(0);
+        // The range's ends as From: for int64 the largest From below 2^63 (a converted max rounds up).
+        constexpr From lo = From(std::numeric_limits<To>::lowest());
+        constexpr From hi = sizeof(To) == 8 ? From(std::numeric_limits<To>::max() / 2 + 1) * From(2) : From(std::numeric_limits<To>::max());
+        if (v <= lo) return std::numeric_limits<To>::lowest();
+        if (v >= hi) return std::numeric_limits<To>::max();
+        return static_cast<To>(v);
+    }
     else if constexpr (!std::is_arithmetic_v<To>) return To(float(v));
     else return static_cast<To>(v);
 }

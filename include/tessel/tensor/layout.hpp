@@ -300,8 +300,9 @@ struct Layout {
         const auto first = start < 0 ? start + size : start, last = stop < 0 ? stop + size : stop;
         require(first <= last, "slice: start ", start, " is after stop ", stop, " at dim ", dim, " for shape ", shape);
         Layout out = *this;
-        out.shape[d] = (last - first + step - 1) / step;
-        out.strides[d] = detail::mul_or_fail(strides[d], step, "slice: stride ", strides[d], " * step ", step);
+        out.shape[d] = last == first ? 0 : (last - first - 1) / step + 1;  // no `+ step - 1`: it would overflow for huge steps
+        // A dim of one element never moves by its stride, so a huge step only matters when it would.
+        out.strides[d] = out.shape[d] <= 1 ? strides[d] : detail::mul_or_fail(strides[d], step, "slice: stride ", strides[d], " * step ", step);
         const auto skip = detail::mul_or_fail(first, strides[d], "slice: start ", first, " * stride ", strides[d]);
         out.offset = detail::add_or_fail(offset, skip, "slice: the offset of ", *this);
         return out;

@@ -2,12 +2,15 @@
 // the last tensor viewing it goes away (so a view can never outlive its memory).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
+#include <unistd.h>
+#include <vector>
 
 #include "../memory/allocator.hpp"
 #include "../memory/host_allocator.hpp"
@@ -36,6 +39,15 @@ inline const char* space_name(MemorySpace s) {
 // True where the CPU may read and write with plain memcpy at any time (no stream to wait for).
 inline bool is_plain_host(MemorySpace s) { return s == MemorySpace::host || s == MemorySpace::pinned; }
 
+// The machine's physical memory in bytes (the largest host allocation that can succeed).
+inline std::size_t physical_memory_bytes() {
+    static const std::size_t bytes = [] {
+        const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+        return pages > 0 && size > 0 ? std::size_t(pages) * std::size_t(size) : std::size_t(1) << 46;
+    }();
+    return bytes;
+}
+
 // One block of memory shared by every tensor that views it.
 class Storage {
 public:
@@ -47,19 +59,33 @@ public:
             case MemorySpace::device: {
                 DeviceGuard g(device);
                 void* p = memory::allocate(bytes, stream);
-                return std::make_shared<Storage>(p, bytes, space, device, [](void* q) { memory::deallocate(q); });
+                auto s = std::make_shared<Storage>(p, bytes, space, device, [](void* q) { memory::deallocate(q); });
+                s->note_write(stream);
+                return s;
             }
             case MemorySpace::pinned:
+                if (bytes > physical_memory_bytes())  // the pinned cache's rounding would wrap; it cannot succeed anyway
+                    fail<OutOfMemoryError>("out of pinned host memory: tried to allocate ", bytes, " bytes, more than the machine's ",
+                                           physical_memory_bytes(), " bytes of memory; use smaller tensors");
                 return std::make_shared<Storage>(memory::allocate_host(bytes), bytes, space, device,
                                                  [](void* q) { memory::deallocate_host(q); });
             case MemorySpace::managed: {  // not cached: managed memory is for occasional large buffers
                 DeviceGuard g(device);
-                return std::make_shared<Storage>(bytes ? rt::malloc_managed(bytes) : nullptr, bytes, space, device,
-                                                 [](void* q) { rt::free_device(q); });
+                auto s = std::make_shared<Storage>(bytes ? rt::malloc_managed(bytes) : nullptr, bytes, space, device,
+                                                   [](void* q) { rt::free_device(q); });
+                s->note_write(stream);
+                return s;
             }
             case MemorySpace::host: {
+                // More than the machine's memory cannot succeed (and would wrap the rounding below).
+                const std::size_t physical = physical_memory_bytes();
+                if (bytes > physical)
+                    fail<OutOfMemoryError>("out of host memory: tried to allocate ", bytes, " bytes, more than the machine's ",
+                                           physical, " bytes of memory; use smaller tensors");
                 void* p = bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
-                if (bytes && !p) fail<OutOfMemoryError>("out of host memory: tried to allocate ", bytes, " bytes");
+                if (bytes && !p)
+                    fail<OutOfMemoryError>("out of host memory: tried to allocate ", bytes,
+                                           " bytes; free host tensors you no longer need or use smaller sizes");
                 return std::make_shared<Storage>(p, bytes, space, device, [](void* q) { std::free(q); });
             }
         }
@@ -90,12 +116,44 @@ public:
     Device device() const { return device_; }
     bool on_device() const { return space_ == MemorySpace::device; }
 
+    // The stream tessel last queued a write of this memory on (its allocation stream at first):
+    // readers on other streams (item(), to_vector(), copies) are ordered after it. Work the caller
+    // queues itself (a raw launch on t.data()) is the caller's to order, as in CUDA.
+    rt::stream_t last_write_stream() const { return last_write_.load(std::memory_order_acquire); }
+    void note_write(rt::stream_t stream) { last_write_.store(stream, std::memory_order_release); }
+
 private:
     void* data_;
     std::size_t bytes_;
     MemorySpace space_;
     Device device_;
     Deleter deleter_;
+    std::atomic<rt::stream_t> last_write_{nullptr};
 };
+
+namespace detail {
+// Makes work queued on `stream` after this call wait for the last write tessel queued on `s` (on
+// another stream of the same device): one event recorded there and waited for here, no host wait.
+// The event is one per device and host thread, reused: a wait takes the event's state at the call.
+inline void order_after_last_write(const Storage& s, rt::stream_t stream) {
+    if (s.space() != MemorySpace::device && s.space() != MemorySpace::managed) return;
+    const rt::stream_t writer = s.last_write_stream();
+    if (writer == stream) return;
+    struct Events {  // destroyed with the thread, so no event outlives its thread's use
+        std::vector<rt::event_t> per_device;
+        ~Events() {
+            for (rt::event_t e : per_device)
+                if (e) (void)rt::api::cudaEventDestroy(e);
+        }
+    };
+    static thread_local Events events;
+    const auto d = std::size_t(s.device().index);
+    if (events.per_device.size() <= d) events.per_device.resize(d + 1, nullptr);
+    DeviceGuard g(s.device());
+    if (!events.per_device[d]) events.per_device[d] = rt::event_create(false);
+    rt::event_record(events.per_device[d], writer);
+    rt::stream_wait_event(stream, events.per_device[d]);
+}
+}  // namespace detail
 
 }  // namespace tessel

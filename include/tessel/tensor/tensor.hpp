@@ -3,7 +3,11 @@
 // copies the data. Views never copy; reshape() copies only when a view is impossible.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -12,6 +16,8 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../stream/stream.hpp"
@@ -58,6 +64,17 @@ public:
     template <class E>
         requires std::is_base_of_v<Expression<E>, E>
     ops::Assignment<T, E> operator=(const E& expr) const;
+    // The same for a non-const tensor: an exact match, so `t = expr` never considers converting expr
+    // to a Tensor (the converting constructor below) and rebinding.
+    template <class E>
+        requires std::is_base_of_v<Expression<E>, E>
+    ops::Assignment<T, E> operator=(const E& expr);
+    // `Tensor<float> d = a * b + 1;` evaluates the expression into a new tensor on the current stream
+    // of its device, as evaluate(expr) does (defined in tessel/ops/assign.hpp). An expression alone
+    // (`auto e = a + 1;`) stays lazy and reads its operands' memory when it is evaluated.
+    template <class E>
+        requires std::is_base_of_v<Expression<E>, E>
+    Tensor(const E& expr);
     Tensor(std::shared_ptr<Storage> storage, Layout layout) : storage_(std::move(storage)), layout_(std::move(layout)) {
         require(storage_ != nullptr, "Tensor: no storage");
         require(layout_.fits_in(std::int64_t(storage_->bytes() / sizeof(T))), "Tensor: layout ", layout_.to_string(),
@@ -96,11 +113,22 @@ public:
     Tensor view(const Shape& s) const { return with(layout_.view_or_throw(s)); }
     // view() when possible, otherwise a contiguous copy with the new shape (so it may copy).
     Tensor reshape(const Shape& s, std::optional<rt::stream_t> stream = std::nullopt) const {
-        if (auto v = layout_.view(s)) return with(*v);
+        std::optional<Layout> v;
+        try {
+            v = layout_.view(s);
+        } catch (const InvalidArgument& e) {  // the shape itself is wrong: say so as reshape
+            fail<InvalidArgument>("reshape", std::string(e.what()).substr(std::string_view(e.what()).starts_with("view") ? 4 : 0));
+        }
+        if (v) return with(*v);
         return contiguous(stream).view(s);
     }
 
     // ---- copies ----
+    // Copies `src` (same shape, same element type; any memory space, any layout) into this tensor's
+    // existing memory, ordered on `stream` (default: the current stream of the device side) after
+    // the last write to `src`. Asynchronous when both sides are device, managed or tessel's pinned
+    // memory and at most one side is strided on the device; otherwise it returns once done. Returns *this.
+    const Tensor& copy_(const Tensor& src, std::optional<rt::stream_t> stream = std::nullopt) const;
     // The same data in new contiguous memory in `o.space` (on `o.device`), ordered on `o.stream`.
     Tensor to(TensorOptions o) const;
     Tensor to(MemorySpace space) const { return to(TensorOptions{.space = space, .device = device()}); }
@@ -150,12 +178,15 @@ public:
         require(numel() == 1, "item() needs exactly one element, the tensor has ", numel(), " (shape ", shape().to_string(), ")");
         if (is_plain_host(space())) return *data();
         T v;
-        const rt::stream_t s = current_stream(device()).handle();  // ordered after work on the current stream
+        // Read on the current stream, after the last write tessel queued (on whichever stream).
+        const rt::stream_t s = current_stream(device()).handle();
+        detail::order_after_last_write(*storage_, s);
         rt::memcpy_async(&v, data(), sizeof(T), s);
         rt::stream_synchronize(s);
         return v;
     }
-    // All values in row-major order, on the host.
+    // All values in row-major order, on the host: read on the current stream after the last write
+    // tessel queued on this tensor's memory (whichever stream it was on).
     std::vector<T> to_vector() const {
         Tensor h = to_host();
         const T* p = h.data();
@@ -265,18 +296,35 @@ template <Element T>
 Tensor<T> ones(const Shape& shape, TensorOptions o = {}) {
     return full<T>(shape, convert<T>(1), o);
 }
-// start, start+step, ... below stop (a 1-d tensor).
+// start, start+step, ... below stop (a 1-d tensor). Every value must be representable in T.
 template <Element T>
 Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o = {}) {
+    require(std::isfinite(start) && std::isfinite(stop) && std::isfinite(step), "arange: start ", start, ", stop ", stop,
+            " and step ", step, " must be finite");
     require(step != 0.0, "arange: step must not be 0");
     const double count = std::ceil((stop - start) / step);
+    // 2^53: beyond it the values start + i * step are no longer distinct doubles.
+    require(count <= 9007199254740992.0, "arange: [", start, ", ", stop, ") in steps of ", step, " has ", count,
+            " elements, more than a tensor can index");
     const std::int64_t n = count > 0 ? std::int64_t(count) : 0;
+    if (n > 0) {
+        const double last = start + double(n - 1) * step;
+        const double lo = std::min(start, last), hi = std::max(start, last);
+        double lowest = 0, highest = 0;
+        if constexpr (std::is_same_v<T, bool>) lowest = 0, highest = 1;
+        else if constexpr (std::is_arithmetic_v<T>) lowest = double(std::numeric_limits<T>::lowest()), highest = double(std::numeric_limits<T>::max());
+        else lowest = -double(convert<float>(detail::largest_finite<T>())), highest = double(convert<float>(detail::largest_finite<T>()));
+        require(lo >= lowest && hi <= highest, "arange: the values run from ", lo, " to ", hi, ", beyond the range of ",
+                dtype_traits<T>::name, " [", lowest, ", ", highest, "]");
+    }
     detail::HostArray<T> h(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(start + double(i) * step);
     return from_host<T>(h.span(), Shape{n}, o);
 }
 
 // A tensor over memory tessel does not own. `deleter` (may be empty) runs when the last view goes.
+// The pointer must be aligned for T, and may be null only when the shape has no elements; device and
+// managed memory name a visible device.
 template <Element T>
 Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device device = Device{0},
                     Storage::Deleter deleter = {}, std::optional<Shape> strides = std::nullopt) {
@@ -287,6 +335,13 @@ Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device devic
     require(!extent || extent->lowest >= 0, "from_blob: strides ", l.strides.to_string(), " reach before the pointer");
     require(std::uint64_t(elements) <= std::numeric_limits<std::size_t>::max() / sizeof(T), "from_blob: shape ",
             shape.to_string(), " with strides ", l.strides.to_string(), " spans more bytes than memory can hold");
+    require(data != nullptr || l.numel() == 0, "from_blob: null pointer for shape ", shape.to_string(), " (", l.numel(),
+            " elements of ", dtype_traits<T>::name, ")");
+    require(reinterpret_cast<std::uintptr_t>(data) % alignof(T) == 0, "from_blob: pointer ", static_cast<const void*>(data),
+            " is not aligned to ", alignof(T), " bytes, as ", dtype_traits<T>::name, " elements must be");
+    require(space == MemorySpace::host || space == MemorySpace::pinned || (device.index >= 0 && device.index < device_count()),
+            "from_blob: ", space_name(space), " memory on device ", device.index, ", which does not exist (", device_count(),
+            " device(s) visible)");
     return Tensor<T>(Storage::wrap(data, std::size_t(elements) * sizeof(T), space, device, std::move(deleter)), l);
 }
 
@@ -379,8 +434,103 @@ Tensor<T> Tensor<T>::to(TensorOptions o) const {
     need();
     if (!o.device) o.device = device();
     Tensor<T> out = empty<T>(shape(), o);
-    detail::copy_to_contiguous(*this, out.data(), *out.storage(), o.resolved_stream(), *o.device, o.non_blocking);
+    const rt::stream_t stream = o.resolved_stream();
+    detail::order_after_last_write(*storage_, stream);
+    detail::copy_to_contiguous(*this, out.data(), *out.storage(), stream, *o.device, o.non_blocking);
+    out.storage()->note_write(stream);
     return out;
+}
+
+namespace detail {
+// The lowest and highest address (in bytes) a non-empty layout of element_size bytes touches, from `first`.
+inline std::pair<std::uintptr_t, std::uintptr_t> touched_bytes(const void* first, const Layout& l, std::size_t element_size) {
+    const auto e = *l.extent();
+    const auto base = reinterpret_cast<std::uintptr_t>(first) - std::uintptr_t(l.offset) * element_size;
+    return {base + std::uintptr_t(e.lowest) * element_size, base + std::uintptr_t(e.highest + 1) * element_size - 1};
+}
+
+// Whether distinct indices of `l` are distinct elements (no zero stride over a dim of size > 1, and
+// no two dims interleaved): the dims sorted by stride each step past everything the smaller ones reach.
+inline bool distinct_elements(const Layout& l) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (|stride|, size)
+    for (int d = 0; d < l.rank(); ++d)
+        if (l.shape[d] > 1) dims.push_back({l.strides[d] < 0 ? -l.strides[d] : l.strides[d], l.shape[d]});
+    std::sort(dims.begin(), dims.end());
+    std::int64_t reach = 0;  // the largest offset the smaller dims reach
+    for (auto [stride, size] : dims) {
+        if (stride <= reach) return false;
+        reach += stride * (size - 1);
+    }
+    return true;
+}
+
+// A kernel that writes contiguous device memory into a strided device view (source, destination's
+// first element, its layout, element size, stream, device). Registered by tessel/ops/copy.hpp, like
+// device_gather; without it strided device destinations of copy_ go through the host.
+using DeviceScatterFn = void (*)(const void*, void*, const Layout&, std::size_t, rt::stream_t, Device);
+inline std::atomic<DeviceScatterFn> device_scatter{nullptr};
+}  // namespace detail
+
+template <Element T>
+const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t> stream_opt) const {
+    require(defined(), "copy_: the destination is an undefined (default-constructed) tensor");
+    require(src.defined(), "copy_: the source is an undefined (default-constructed) tensor");
+    require(src.shape() == shape(), "copy_: the source has shape ", src.shape().to_string(), " but the destination ",
+            shape().to_string(), " (copy_ does not broadcast; use (dst = src.expand(...)).run(stream) on the device)");
+    require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape().to_string(), ", strides ",
+            strides().to_string(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
+    if (numel() == 0) return *this;
+    const auto dst_bytes = detail::touched_bytes(data(), layout_, sizeof(T));
+    const auto src_bytes = detail::touched_bytes(src.data(), src.layout(), sizeof(T));
+    const bool identical = src.data() == data() && src.strides() == strides();
+    if (identical) return *this;  // copying a view onto itself changes nothing
+    require(src_bytes.second < dst_bytes.first || dst_bytes.second < src_bytes.first,
+            "copy_: the source (strides ", src.strides().to_string(), ") and the destination (strides ", strides().to_string(),
+            ") overlap in memory; copy from a clone() of the source");
+    // The stream belongs to the device side (the destination's when both are on devices).
+    const bool dst_host = is_plain_host(space()), src_host = is_plain_host(src.space());
+    const Device device = !dst_host ? this->device() : !src_host ? src.device() : current_device();
+    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    detail::order_after_last_write(*src.storage(), stream);
+    detail::order_after_last_write(*storage_, stream);  // earlier writes to the destination land first
+    if (is_contiguous()) {
+        detail::copy_to_contiguous(src, data(), *storage_, stream, device, /*non_blocking=*/true);
+    } else if (const detail::DeviceScatterFn scatter = detail::device_scatter.load();
+               scatter && !dst_host && !src_host && src.device() == device) {
+        // Gather the source into contiguous device memory (a no-op view when it already is), then scatter.
+        const Tensor<T> packed = src.is_contiguous() ? src : src.to(TensorOptions{.space = MemorySpace::device, .device = device,
+                                                                                   .stream = stream, .non_blocking = true});
+        const bool keep_async = detail::record_use(*packed.storage(), stream, device) && detail::record_use(*storage_, stream, device);
+        scatter(packed.data(), data(), layout_, sizeof(T), stream, device);
+        if (!keep_async) rt::stream_synchronize(stream);
+    } else {  // through the host: gather the source, then write each destination element
+        const Tensor<T> h = src.to(TensorOptions{.space = MemorySpace::host, .device = device, .stream = stream});
+        const auto extent = *layout_.extent();
+        T* base = static_cast<T*>(storage_->data());
+        detail::HostArray<T> span_copy(dst_host ? 0 : std::size_t(extent.highest - extent.lowest + 1));
+        T* window = dst_host ? base : span_copy.data() - extent.lowest;
+        if (!dst_host) {  // keep the destination's other elements: read its span, patch, write back
+            rt::memcpy_async(span_copy.data(), base + extent.lowest, span_copy.n * sizeof(T), stream);
+            rt::stream_synchronize(stream);
+        }
+        std::array<std::int64_t, max_rank> idx{};
+        const T* in = h.data();
+        for (std::int64_t i = 0, n = numel(); i < n; ++i) {
+            std::int64_t at = layout_.offset;
+            for (int d = 0; d < dim(); ++d) at += idx[std::size_t(d)] * layout_.strides[d];
+            window[at] = in[i];
+            for (int d = dim() - 1; d >= 0; --d) {
+                if (++idx[std::size_t(d)] < layout_.shape[d]) break;
+                idx[std::size_t(d)] = 0;
+            }
+        }
+        if (!dst_host) {
+            rt::memcpy_async(base + extent.lowest, span_copy.data(), span_copy.n * sizeof(T), stream);
+            rt::stream_synchronize(stream);
+        }
+    }
+    storage_->note_write(stream);
+    return *this;
 }
 
 template <Element T>
@@ -389,7 +539,7 @@ Tensor<U> Tensor<T>::to_dtype() const {
     const Tensor<T> h = is_plain_host(space()) ? contiguous() : to_host();
     detail::HostArray<U> converted(static_cast<std::size_t>(numel()));
     const T* p = h.data();
-    for (std::size_t i = 0; i < converted.n; ++i) converted.data()[i] = convert<U>(p[i]);
+    for (std::size_t i = 0; i < converted.n; ++i) converted.data()[i] = convert<U>(p[i]);  // NaN -> 0, saturating, as on the device
     return from_host<U>(converted.span(), shape(), TensorOptions{.space = space(), .device = device()});
 }
 

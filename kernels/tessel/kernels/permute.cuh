@@ -77,4 +77,19 @@ __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, Ga
     }
 }
 
+// The reverse: contiguous `in` written in row-major order into the strided view `out` (g.in_stride
+// holds the view's strides). Reads are coalesced; copy_ uses it for strided device destinations.
+template <class E, class I>
+__global__ void scatter_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
+    for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
+        std::int64_t at = 0;
+        I rest = o;
+        for (int d = g.rank - 1; d >= 0; --d) {
+            at += std::int64_t(rest % g.shape[d]) * g.in_stride[d];
+            rest /= g.shape[d];
+        }
+        out[at] = in[o];
+    }
+}
+
 }  // namespace tessel::kernels

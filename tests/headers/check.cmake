@@ -1,0 +1,61 @@
+# Compiles every public header alone (an empty translation unit that includes only it), so no header
+# leans on what another included first. Run by ctest as `headers.self-contained`:
+#   sim:  each header as C++ with the sim backend;
+#   cuda: each header in a .cu through nvcc's front end (-cuda: parsed and checked, no device code
+#         generated), and in a host-compiled .cpp, where it must either compile or stop with tessel's
+#         "must be compiled as CUDA" message (headers that launch kernels).
+# Inputs: -DSOURCE_DIR -DWORK_DIR -DBACKEND -DCXX -DCUDA_COMPILER -DCUDA_INCLUDE -DCUDA_ARCH
+cmake_minimum_required(VERSION 3.25)
+file(GLOB_RECURSE headers RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/tessel/*.hpp")
+list(SORT headers)
+file(MAKE_DIRECTORY "${WORK_DIR}")
+# -isystem, as find_package(tessel) gives them to users: this checks that each header stands alone,
+# not the warning settings of the project's own sources (those build with -Werror).
+set(includes -isystem ${SOURCE_DIR}/include -isystem ${SOURCE_DIR}/kernels -isystem ${CUDA_INCLUDE})
+set(failed 0)
+set(host_only 0)
+set(needs_cuda 0)
+foreach(h IN LISTS headers)
+  string(MAKE_C_IDENTIFIER "${h}" id)
+  if(BACKEND STREQUAL "sim")
+    file(WRITE "${WORK_DIR}/${id}.cpp" "#include <${h}>\n#include <${h}>  // twice: the include guard holds\nint main() { return 0; }\n")
+    execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_SIM=1 ${includes} -Wall -Wextra -Werror -fsyntax-only
+                            "${WORK_DIR}/${id}.cpp"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message("FAILED (sim) ${h}:\n${out}")
+      math(EXPR failed "${failed} + 1")
+    endif()
+  else()
+    file(WRITE "${WORK_DIR}/${id}.cu" "#include <${h}>\n#include <${h}>\nint main() { return 0; }\n")
+    execute_process(COMMAND ${CUDA_COMPILER} -std=c++20 -arch=${CUDA_ARCH} -DTESSEL_BACKEND_CUDA=1 ${includes}
+                            -Werror=all-warnings -cuda "${WORK_DIR}/${id}.cu" -o "${WORK_DIR}/${id}.cu.ii"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message("FAILED (nvcc .cu) ${h}:\n${out}")
+      math(EXPR failed "${failed} + 1")
+    endif()
+    file(WRITE "${WORK_DIR}/${id}.cpp" "#include <${h}>\nint main() { return 0; }\n")
+    execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_CUDA=1 ${includes} -Wall -Wextra -Werror -fsyntax-only
+                            "${WORK_DIR}/${id}.cpp"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(rc EQUAL 0)
+      math(EXPR host_only "${host_only} + 1")
+    elseif(out MATCHES "must be compiled as CUDA")
+      math(EXPR needs_cuda "${needs_cuda} + 1")
+    else()
+      message("FAILED (host .cpp of the CUDA build) ${h}: neither compiles nor says it needs nvcc:\n${out}")
+      math(EXPR failed "${failed} + 1")
+    endif()
+  endif()
+endforeach()
+list(LENGTH headers n)
+if(BACKEND STREQUAL "sim")
+  message("headers: ${n} compiled alone for the sim, ${failed} failed")
+else()
+  message("headers: ${n} compiled alone by nvcc; in host .cpp files ${host_only} compile and ${needs_cuda} stop with "
+          "the compile-as-CUDA message; ${failed} failed")
+endif()
+if(failed GREATER 0)
+  message(FATAL_ERROR "${failed} header check(s) failed")
+endif()

@@ -1,0 +1,445 @@
+// Bad input to operations: expressions, reductions, row normalisations, sort/scan, random fills,
+// loss scaling, quantisation, the pipeline; streams, devices, aliasing, integer overflow inside
+// kernels, the allocator, and every TESSEL_* environment variable (in child processes).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <thread>
+
+#include <tessel/tessel.hpp>
+
+#include "harness.hpp"
+
+namespace {
+using namespace tessel;
+using robustness::expect;
+using I32 = std::int32_t;
+using I64 = std::int64_t;
+
+Tensor<float> dev(const Shape& s) { return zeros<float>(s); }
+Tensor<float> host(const Shape& s) { return zeros<float>(s, {.space = MemorySpace::host}); }
+// Spins until the host writes a non-zero value into *gate (managed memory).
+__global__ void wait_for_gate(I32* gate) {
+    while (*static_cast<volatile I32*>(gate) == 0) {
+    }
+}
+rt::stream_t bogus_stream() { return reinterpret_cast<rt::stream_t>(std::uintptr_t(0xdead0)); }
+// A stream that existed and was destroyed (handles are not reused while it is not recreated).
+rt::stream_t destroyed_stream() {
+    rt::stream_t s = rt::stream_create(true);
+    rt::stream_destroy(s);
+    return s;
+}
+}  // namespace
+
+// ---- expressions ----------------------------------------------------------------------------------
+BAD("expressions", "operands that do not broadcast", Expect::invalid_argument, "operator +: shapes [3] and [4]") {
+    (void)evaluate(dev({3}) + dev({4}));
+};
+BAD("expressions", "an expression that does not fit the output", Expect::invalid_argument, "does not broadcast to the output") {
+    (dev({3}) = dev({2, 3}) * 2).run();
+};
+BAD("expressions", "a host operand", Expect::invalid_argument, "host") { (void)evaluate(dev({3}) + host({3})); };
+BAD("expressions", "a host output", Expect::invalid_argument, "expressions run on a device") { (host({3}) = dev({3}) + 1).run(); };
+BAD("expressions", "an undefined output", Expect::invalid_argument, "undefined") { (Tensor<float>{} = dev({3}) + 1).run(); };
+BAD("expressions", "an undefined operand", Expect::invalid_argument, "undefined") { (void)evaluate(dev({3}) + Tensor<float>{}); };
+BAD("expressions", "a broadcast output", Expect::invalid_argument, "repeats elements") {
+    (dev({1, 3}).expand({4, 3}) = dev({4, 3}) + 1).run();
+};
+BAD("expressions", "Tensor<float> d = host + 1", Expect::invalid_argument, "host") { Tensor<float> d = host({3}) + 1.f; };
+BAD("expressions", "an invalid stream", Expect::cuda_error, "not a live stream") { (dev({3}) = dev({3}) + 1).run(bogus_stream()); };
+BAD("expressions", "a destroyed stream", Expect::cuda_error, "not a live stream") {
+    (dev({3}) = dev({3}) + 1).run(destroyed_stream());
+};
+DEFINED("expressions", "Tensor<float> d = a + b evaluates") {
+    const auto a = full<float>({5}, 2.f), b = full<float>({5}, 3.f);
+    Tensor<float> d = a + b;
+    expect(d.to_vector() == std::vector<float>(5, 5.f), "2 + 3");
+};
+DEFINED("expressions", "lazy operands are read when evaluated") {
+    auto a = full<float>({3}, 1.f);
+    const auto e = a + 1.f;
+    (a = full<float>({3}, 10.f) * 1.f).run();  // writes into a's memory, which e reads
+    expect(evaluate(e).to_vector() == std::vector<float>(3, 11.f), "e sees the new values");
+};
+
+// ---- aliasing ------------------------------------------------------------------------------------
+BAD("aliasing", "an output shifted over its input", Expect::invalid_argument, "overlaps the output") {
+    const auto t = dev({10});
+    (t.slice(0, 1, 10) = t.slice(0, 0, 9) + 1).run();
+};
+BAD("aliasing", "an output aliasing an input through another storage", Expect::invalid_argument, "overlaps the output") {
+    const auto t = dev({10});
+    const auto alias = from_blob<float>(t.data() + 1, {9}, MemorySpace::device, t.device());
+    (t.slice(0, 0, 9) = alias * 2).run();
+};
+BAD("aliasing", "a transposed alias of the output", Expect::invalid_argument, "overlaps the output") {
+    const auto t = dev({4, 4});
+    (t = t.transpose(0, 1) + 1).run();
+};
+DEFINED("aliasing", "in place through another storage is allowed") {
+    const auto t = full<float>({6}, 1.f);
+    const auto alias = from_blob<float>(t.data(), {6}, MemorySpace::device, t.device());
+    (t = alias * 3).run();
+    expect(t.to_vector() == std::vector<float>(6, 3.f), "t = t * 3");
+};
+DEFINED("aliasing", "a += a") {
+    const auto t = full<float>({4}, 2.f);
+    (t += t).run();
+    expect(t.to_vector() == std::vector<float>(4, 4.f), "2 + 2");
+};
+
+// ---- integer overflow in kernels wraps as on a GPU --------------------------------------------------
+DEFINED("kernels", "int32 addition wraps") {
+    const auto a = full<I32>({7}, std::numeric_limits<I32>::max());
+    const auto v = evaluate(a + 1).to_vector();
+    expect(v[6] == std::numeric_limits<I32>::min(), "max + 1 == min");
+};
+DEFINED("kernels", "int64 multiplication wraps") {
+    const auto a = full<I64>({3}, I64(1) << 62);
+    const auto v = evaluate(a * 4).to_vector();
+    expect(v[0] == 0, "2^62 * 4 wraps to 0");
+};
+DEFINED("kernels", "int32 subtraction wraps") {
+    const auto v = evaluate(full<I32>({2}, std::numeric_limits<I32>::min()) - 1).to_vector();
+    expect(v[1] == std::numeric_limits<I32>::max(), "min - 1 == max");
+};
+DEFINED("kernels", "negating INT_MIN wraps") {
+    const auto v = evaluate(-full<I32>({2}, std::numeric_limits<I32>::min())).to_vector();
+    expect(v[0] == std::numeric_limits<I32>::min(), "-min == min");
+};
+DEFINED("kernels", "int64 sum wraps") {
+    const auto v = sum(full<I64>({1000}, std::numeric_limits<I64>::max() / 100)).item();
+    const auto want = I64(std::uint64_t(std::numeric_limits<I64>::max() / 100) * 1000u);
+    expect(v == want, "wrapped sum " + std::to_string(v));
+};
+DEFINED("kernels", "int64 product wraps") {
+    const auto v = prod(full<I64>({70}, 3)).item();
+    std::uint64_t want = 1;
+    for (int i = 0; i < 70; ++i) want *= 3u;
+    expect(v == I64(want), "3^70 mod 2^64");
+};
+DEFINED("kernels", "int64 cumsum wraps") {
+    const auto v = cumsum(full<I64>({4}, std::numeric_limits<I64>::max() / 2)).to_vector();
+    expect(v[3] == I64(std::uint64_t(std::numeric_limits<I64>::max() / 2) * 4u), "wrapped cumsum");
+};
+DEFINED("kernels", "integer modulo by 0 and -1") {
+    const auto v = evaluate(full<I32>({2}, std::numeric_limits<I32>::min()) % from_host<I32>({0, -1}, {2})).to_vector();
+    expect(v == std::vector<I32>{0, 0}, "x % 0 == 0 and INT_MIN % -1 == 0");
+};
+
+// ---- reductions -----------------------------------------------------------------------------------
+BAD("reductions", "axis out of range", Expect::invalid_argument, "axis") { (void)sum(dev({3, 4}), {2}); };
+BAD("reductions", "negative axis out of range", Expect::invalid_argument, "axis") { (void)amax(dev({3, 4}), {-3}); };
+BAD("reductions", "an axis twice", Expect::invalid_argument, "axis -1 given twice") { (void)sum(dev({3, 4}), {1, -1}); };
+BAD("reductions", "an undefined tensor", Expect::invalid_argument, "undefined") { (void)sum(Tensor<float>{}); };
+BAD("reductions", "a host tensor", Expect::invalid_argument, "host") { (void)mean(host({4})); };
+BAD("reductions", "an invalid stream", Expect::cuda_error, "not a live stream") { (void)sum(dev({4}), {}, false, bogus_stream()); };
+BAD("reductions", "argmax of no elements", Expect::invalid_argument, "argmax") { (void)argmax(dev({0})); };
+BAD("reductions", "var with a negative correction", Expect::invalid_argument, "correction") { (void)var(dev({4}), {}, -1); };
+DEFINED("reductions", "mean of no elements is NaN") { expect(std::isnan(mean(dev({0})).item()), "mean([]) is NaN"); };
+DEFINED("reductions", "sum of no elements is 0") { expect(sum(dev({0, 3}), {0}).to_vector() == std::vector<float>(3, 0.f), "zeros"); };
+DEFINED("reductions", "var of one element is NaN") { expect(std::isnan(var(dev({1})).item()), "unbiased var of 1 element"); };
+
+// ---- rows ---------------------------------------------------------------------------------------
+BAD("rows", "softmax axis out of range", Expect::invalid_argument, "softmax: axis 2 out of range") { (void)softmax(dev({3, 4}), 2); };
+BAD("rows", "softmax of a scalar", Expect::invalid_argument, "scalar") { (void)softmax(dev({})); };
+BAD("rows", "softmax of a host tensor", Expect::invalid_argument, "host memory") { (void)softmax(host({3})); };
+BAD("rows", "log_softmax of an undefined tensor", Expect::invalid_argument, "undefined") { (void)log_softmax(Tensor<float>{}); };
+BAD("rows", "layer_norm weight of the wrong size", Expect::invalid_argument, "weight") {
+    (void)layer_norm(dev({3, 4}), dev({5}));
+};
+BAD("rows", "layer_norm bias on the host", Expect::invalid_argument, "bias") { (void)layer_norm(dev({3, 4}), dev({4}), host({4})); };
+BAD("rows", "rms_norm of a scalar", Expect::invalid_argument, "rms_norm") { (void)rms_norm(dev({})); };
+BAD("rows", "layer_norm with a negative eps", Expect::invalid_argument, "eps") { (void)layer_norm(dev({3, 4}), {}, {}, -1.0); };
+BAD("rows", "softmax on an invalid stream", Expect::cuda_error, "not a live stream") { (void)softmax(dev({2, 3}), -1, bogus_stream()); };
+
+// ---- sort and scan ----------------------------------------------------------------------------------
+BAD("sort", "sort axis out of range", Expect::invalid_argument, "axis") { (void)sort(dev({3, 4}), 5); };
+BAD("sort", "sort of a host tensor", Expect::invalid_argument, "device") { (void)sort(host({4})); };
+BAD("sort", "argsort of an undefined tensor", Expect::invalid_argument, "device") { (void)argsort(Tensor<float>{}); };
+BAD("sort", "cumsum axis out of range", Expect::invalid_argument, "axis") { (void)cumsum(dev({3, 4}), -3); };
+BAD("sort", "cumprod of a host tensor", Expect::invalid_argument, "device") { (void)cumprod(host({4})); };
+BAD("sort", "unique of a host tensor", Expect::invalid_argument, "device") { (void)unique(host({4})); };
+DEFINED("sort", "sort of one element") { expect(sort(full<float>({1}, 2.f)).values.item() == 2.f, "one element sorts to itself"); };
+
+// ---- random -------------------------------------------------------------------------------------
+BAD("random", "uniform with lo > hi", Expect::invalid_argument, "lo <= hi") { uniform_fill(dev({4}), 1, 0, 2.0, 1.0); };
+BAD("random", "uniform with a NaN bound", Expect::invalid_argument, "finite") { uniform_fill(dev({4}), 1, 0, std::nan(""), 1.0); };
+BAD("random", "uniform to infinity", Expect::invalid_argument, "finite") {
+    uniform_fill(dev({4}), 1, 0, 0.0, std::numeric_limits<double>::infinity());
+};
+BAD("random", "normal with a negative stddev", Expect::invalid_argument, "stddev") { normal_fill(dev({4}), 1, 0, 0.0, -1.0); };
+BAD("random", "normal with a NaN mean", Expect::invalid_argument, "finite") { normal_fill(dev({4}), 1, 0, std::nan(""), 1.0); };
+BAD("random", "a fill of host memory", Expect::invalid_argument, "host memory") { uniform_fill(host({4}), 1); };
+BAD("random", "a fill of a strided view", Expect::invalid_argument, "contiguous") { uniform_fill(dev({4, 4}).transpose(0, 1), 1); };
+BAD("random", "a fill of an undefined tensor", Expect::invalid_argument, "undefined") { uniform_fill(Tensor<float>{}, 1); };
+BAD("random", "Philox uniform with lo > hi", Expect::invalid_argument, "lo <= hi") { (void)Philox(1).uniform<float>({4}, 1.0, 0.0); };
+DEFINED("random", "uniform with lo == hi is constant") {
+    const auto t = dev({9});
+    uniform_fill(t, 3, 0, 2.5, 2.5);
+    expect(t.to_vector() == std::vector<float>(9, 2.5f), "all 2.5");
+};
+
+// ---- mixed precision ----------------------------------------------------------------------------------
+BAD("amp", "unscale a strided gradient", Expect::invalid_argument, "contiguous device tensor") {
+    DynamicLossScaler s;
+    s.unscale({dev({4, 4}).transpose(0, 1)});
+};
+BAD("amp", "unscale a host gradient", Expect::invalid_argument, "contiguous device tensor") {
+    DynamicLossScaler s;
+    s.unscale({host({4})});
+};
+BAD("amp", "unscale an undefined gradient", Expect::invalid_argument, "undefined") {
+    DynamicLossScaler s;
+    s.unscale({dev({4}), Tensor<float>{}});
+};
+BAD("amp", "a growth factor of 1", Expect::invalid_argument, "growth_factor > 1") {
+    DynamicLossScaler s({.growth_factor = 1.0});
+};
+BAD("amp", "a backoff factor of 1", Expect::invalid_argument, "backoff_factor") { DynamicLossScaler s({.backoff_factor = 1.0}); };
+BAD("amp", "a zero initial scale", Expect::invalid_argument, "init_scale > 0") { DynamicLossScaler s({.init_scale = 0}); };
+BAD("amp", "scale of an undefined loss", Expect::invalid_argument, "undefined") {
+    DynamicLossScaler s;
+    (void)s.scale(Tensor<float>{});
+};
+DEFINED("amp", "scale(loss), unscale of two dtypes in one call, update") {
+    DynamicLossScaler s({.init_scale = 8.0});
+    const auto loss = full<float>({}, 0.5f);
+    expect(s.scale(loss).item() == 4.f, "0.5 * 8");
+    const std::vector<Tensor<float>> f32{full<float>({5}, 16.f)};
+    const auto f16 = full<__half>({3}, __float2half(8.f));
+    s.unscale_all(std::nullopt, f32, f16);
+    expect(f32[0].to_vector() == std::vector<float>(5, 2.f) && __half2float(f16.to_vector()[0]) == 1.f && !s.found_nonfinite(),
+           "both groups unscaled by 1/8");
+    s.update();
+    expect(s.scale() == 8.0 && s.clean_steps() == 1, "one clean step");
+};
+
+// ---- quantisation -----------------------------------------------------------------------------------
+BAD("quantize", "a zero scale", Expect::invalid_argument, "scale must be positive") { (void)quantize(dev({4}), QuantParams{0.0, 0}); };
+BAD("quantize", "a zero point outside int8", Expect::invalid_argument, "outside int8") {
+    (void)quantize(dev({4}), QuantParams{1.0, 200});
+};
+BAD("quantize", "per-channel axis out of range", Expect::invalid_argument, "axis 2 out of range") {
+    (void)choose_channel_qparams(dev({3, 4}), 2);
+};
+BAD("quantize", "per-channel scale of the wrong size", Expect::invalid_argument, "scale must have shape [4]") {
+    ChannelQuantParams p{full<float>({3}, 1.f), zeros<I32>({3}), 1};
+    (void)quantize(dev({3, 4}), p);
+};
+BAD("quantize", "a NaN scale", Expect::invalid_argument, "scale must be positive") {
+    (void)quantize(dev({4}), QuantParams{std::nan(""), 0});
+};
+
+// ---- streams ------------------------------------------------------------------------------------
+BAD("streams", "record_stream with a bogus stream", Expect::cuda_error, "not a live stream") {
+    const auto t = dev({4});
+    memory::record_stream(t.data(), bogus_stream());
+};
+BAD("streams", "record_stream on device 5", Expect::invalid_argument, "device 5 does not exist") {
+    const auto t = dev({4});
+    memory::record_stream(t.data(), nullptr, Device{5});
+};
+BAD("streams", "record_stream of memory tessel does not own", Expect::invalid_argument, "not the start of a live allocation") {
+    const auto t = dev({4});
+    memory::record_stream(t.data() + 1, nullptr);
+};
+BAD("streams", "clone on a destroyed stream", Expect::cuda_error, "not a live stream") { (void)dev({4}).clone(destroyed_stream()); };
+BAD("streams", "zeros on a bogus stream", Expect::cuda_error, "not a live stream") {
+    (void)zeros<float>({4}, {.stream = bogus_stream()});
+};
+BAD("streams", "a launch on a bogus stream", Expect::cuda_error, "not a live stream") { uniform_fill(dev({4}), 1, 0, 0.0, 1.0, bogus_stream()); };
+DEFINED("streams", "every op takes a tessel::Stream") {
+    const Stream s = Stream::create();
+    const auto x = Philox(7).uniform<float>({8, 16}, -1.0, 1.0, {.stream = s.handle()});
+    const auto y = softmax(x, -1, s);
+    const auto total = sum(y, {}, false, s);
+    const auto sorted = sort(x, -1, false, s);
+    const auto c = cumsum(x, -1, s);
+    const auto z = x.transpose(0, 1).contiguous(s);
+    Tensor<float> w = evaluate(x * 2, s);
+    (w = w + 1).run(s);
+    uniform_fill(w, 1, 0, 0.0, 1.0, s);
+    s.synchronize();
+    expect(std::fabs(total.item() - 8.f) < 1e-4f && sorted.values.numel() == 128 && c.numel() == 128 && z.size(0) == 16,
+           "results on the stream");
+};
+DEFINED("streams", "item() after a write on another stream waits for it") {
+    // A kernel holds stream s until the host opens a gate; the write queued behind it must land
+    // before item() and to_vector() read, though they read on the current (default) stream.
+    const Stream s = Stream::create();
+    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed});
+    const auto x = full<float>({1}, -1.f), z = full<float>({3}, -1.f);
+    const auto y = full<float>({64}, 3.f);
+    rt::device_synchronize();
+    launch(wait_for_gate, 1, 1, 0, s, gate.data());
+    (x = y.slice(0, 0, 1) * 2).run(s);
+    (z = y.slice(0, 0, 3) + 1).run(s);
+    std::thread opener([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        *static_cast<volatile I32*>(gate.data()) = 1;
+    });
+    const float v = x.item();
+    const auto w = z.to_vector();
+    opener.join();
+    expect(v == 6.f, "item() read " + std::to_string(v) + " before the write on the other stream");
+    expect(w == std::vector<float>(3, 4.f), "to_vector() read before the write on the other stream");
+};
+
+// ---- devices ------------------------------------------------------------------------------------
+BAD("devices", "set_device(99)", Expect::invalid_argument, "device 99 does not exist") { set_device(Device{99}); };
+BAD("devices", "DeviceGuard(-1)", Expect::invalid_argument, "device -1 does not exist") { DeviceGuard g(Device{-1}); };
+BAD("devices", "properties of device 9", Expect::invalid_argument, "device 9") { (void)properties(Device{9}); };
+BAD("devices", "a tensor on device 4", Expect::invalid_argument, "device 4") { (void)zeros<float>({2}, {.device = Device{4}}); };
+BAD("devices", "a stream on device 3", Expect::invalid_argument, "device 3") { (void)Stream::create({}, Device{3}); };
+BAD("devices", "an event on device 3", Expect::invalid_argument, "device 3") { Event e(true, Device{3}); };
+BAD("devices", "stats of device 2", Expect::invalid_argument, "device 2") { (void)memory::stats(Device{2}); };
+BAD_ENV("devices", "operands on two devices", Expect::invalid_argument, "device", {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto a = zeros<float>({3}, {.device = Device{0}}), b = zeros<float>({3}, {.device = Device{1}});
+    (void)evaluate(a + b);
+};
+BAD_ENV("devices", "record_stream with another device's stream", Expect::invalid_argument, "belongs to device 1",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto t = zeros<float>({4}, {.device = Device{0}});
+    const Stream s = Stream::create({}, Device{1});
+    memory::record_stream(t.data(), s, Device{0});
+};
+BAD_ENV("devices", "copy_ between devices needs no stream of the wrong device", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto a = full<float>({5}, 4.f, {.device = Device{0}});
+    const auto b = zeros<float>({5}, {.device = Device{1}});
+    b.copy_(a);
+    expect(b.to_vector() == std::vector<float>(5, 4.f), "peer copy");
+};
+
+// ---- allocator ------------------------------------------------------------------------------------
+BAD("allocator", "deallocate a pointer it never gave", Expect::invalid_argument, "not the start of a live allocation") {
+    static float x[4];
+    memory::deallocate(x);
+};
+BAD("allocator", "deallocate twice", Expect::invalid_argument, "freed twice") {
+    void* p = memory::allocate(1024);
+    memory::deallocate(p);
+    memory::deallocate(p);
+};
+BAD("allocator", "deallocate the middle of a block", Expect::invalid_argument, "not the start") {
+    void* p = memory::allocate(1024);
+    struct Free {
+        void* p;
+        ~Free() { memory::deallocate(p); }
+    } f{p};
+    memory::deallocate(static_cast<char*>(p) + 16);
+};
+BAD("allocator", "deallocate_host of a foreign pointer", Expect::invalid_argument, "") {
+    static float x[4];
+    memory::deallocate_host(x);
+};
+BAD("allocator", "set_memory_fraction(1.5)", Expect::invalid_argument, "not in (0, 1]") { memory::set_memory_fraction(1.5); };
+BAD("allocator", "set_memory_fraction(NaN)", Expect::invalid_argument, "not in (0, 1]") { memory::set_memory_fraction(std::nan("")); };
+DEFINED("allocator", "allocate(0) is null and free of null is a no-op") {
+    void* p = memory::allocate(0);
+    memory::deallocate(p);
+    expect(p == nullptr, "allocate(0)");
+};
+DEFINED("allocator", "stats index by StatPool and the PyTorch names agree") {
+    const auto t = dev({1000});
+    const auto st = memory::stats();
+    expect(st.allocated_bytes[memory::StatPool::all].current == memory::allocated() && memory::allocated() > 0 &&
+               memory::reserved() >= memory::allocated() && memory::max_allocated() >= memory::allocated(),
+           "allocated/reserved/max_allocated");
+};
+BAD_ENV("allocator", "out of memory, then the cache is freed and the next request succeeds", Expect::out_of_memory,
+        "tried to allocate", {{"TESSEL_SIM_MEMORY", "64MiB"}}) {
+    { const auto keep = empty<float>({std::int64_t(10) << 20}); }  // 40 MiB cached after this
+    try {
+        (void)empty<float>({std::int64_t(20) << 20});  // 80 MiB: more than the device
+    } catch (const OutOfMemoryError&) {
+        const auto ok = empty<float>({std::int64_t(12) << 20});  // 48 MiB: fits once the cache is released
+        robustness::expect(ok.numel() == (std::int64_t(12) << 20), "allocation after OOM");
+        throw;
+    }
+};
+
+// ---- the pipeline -----------------------------------------------------------------------------------
+BAD("pipeline", "device input", Expect::invalid_argument, "the input must be a contiguous host or pinned tensor") {
+    overlap_pipeline(dev({4}), host({4}), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {});
+};
+BAD("pipeline", "strided output", Expect::invalid_argument, "strided") {
+    overlap_pipeline(host({4, 4}), host({4, 4}).transpose(0, 1), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {});
+};
+BAD("pipeline", "element counts differ", Expect::invalid_argument, "16 elements") {
+    overlap_pipeline(host({4, 4}), host({15}), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {});
+};
+BAD("pipeline", "zero streams", Expect::invalid_argument, "streams (0)") {
+    overlap_pipeline(host({4}), host({4}), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {}, {.streams = 0});
+};
+BAD("pipeline", "undefined input", Expect::invalid_argument, "undefined") {
+    overlap_pipeline(Tensor<float>{}, host({4}), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {});
+};
+DEFINED("pipeline", "tensors through the device in chunks") {
+    const auto in = arange<float>(0, 1000, 1, {.space = MemorySpace::pinned});
+    const auto out = empty<float>({1000}, {.space = MemorySpace::host});
+    overlap_pipeline(in, out, [](const Tensor<float>& x, const Tensor<float>& y, rt::stream_t s) { (y = x * 3 + 1).run(s); },
+                     {.chunk_elements = 97, .streams = 3});
+    const auto v = out.to_vector();
+    for (int i = 0; i < 1000; ++i) expect(v[std::size_t(i)] == 3.f * float(i) + 1.f, "element " + std::to_string(i));
+};
+
+// ---- environment ----------------------------------------------------------------------------------
+namespace {
+// The first thing a program does with a device: the bad setting must surface here, by name.
+void use_a_device() { (void)zeros<float>({4}); }
+}  // namespace
+#if defined(TESSEL_BACKEND_SIM)
+#define ENV_CASE(var, value, fragment)                                                                                    \
+    BAD_ENV("environment", var "=" value, Expect::invalid_argument, fragment, {{var, value}}) { use_a_device(); }
+ENV_CASE("TESSEL_SIM_DEVICES", "abc", "TESSEL_SIM_DEVICES='abc' is not an integer between 1 and 64");
+ENV_CASE("TESSEL_SIM_DEVICES", "-1", "TESSEL_SIM_DEVICES='-1'");
+ENV_CASE("TESSEL_SIM_DEVICES", "0", "between 1 and 64");
+ENV_CASE("TESSEL_SIM_DEVICES", "65", "between 1 and 64");
+ENV_CASE("TESSEL_SIM_DEVICES", "2x", "TESSEL_SIM_DEVICES='2x'");
+ENV_CASE("TESSEL_SIM_DEVICES", " 2", "TESSEL_SIM_DEVICES=' 2'");
+ENV_CASE("TESSEL_SIM_DEVICES", "99999999999999999999999", "between 1 and 64");
+ENV_CASE("TESSEL_SIM_MEMORY", "-5", "TESSEL_SIM_MEMORY='-5' is not a size");
+ENV_CASE("TESSEL_SIM_MEMORY", "12QB", "TESSEL_SIM_MEMORY='12QB'");
+ENV_CASE("TESSEL_SIM_MEMORY", "99999999TiB", "TESSEL_SIM_MEMORY='99999999TiB'");
+ENV_CASE("TESSEL_SIM_MEMORY", "0", "not a size between 1 and");
+ENV_CASE("TESSEL_SIM_MEMORY", "1.5GiB", "TESSEL_SIM_MEMORY='1.5GiB'");
+ENV_CASE("TESSEL_SIM_MEMORY", "18446744073709551616", "TESSEL_SIM_MEMORY");
+ENV_CASE("TESSEL_SIM_WORKERS", "-3", "TESSEL_SIM_WORKERS='-3' is not an integer between 0 and 1024");
+ENV_CASE("TESSEL_SIM_WORKERS", "many", "TESSEL_SIM_WORKERS='many'");
+ENV_CASE("TESSEL_SIM_SHUFFLE", "1.5", "TESSEL_SIM_SHUFFLE='1.5'");
+ENV_CASE("TESSEL_SIM_SHUFFLE", "-7", "TESSEL_SIM_SHUFFLE='-7'");
+ENV_CASE("TESSEL_SIM_STACK_KB", "8", "TESSEL_SIM_STACK_KB='8' is not an integer between 64 and 1048576");
+ENV_CASE("TESSEL_SIM_STACK_KB", "4294967296", "TESSEL_SIM_STACK_KB");
+#undef ENV_CASE
+BAD_ENV("environment", "device_count() never throws and says why", Expect::defined, "", {{"TESSEL_SIM_DEVICES", "zero"}}) {
+    expect(device_count() == 0 && !is_available(), "no devices with a bad setting");
+    expect(unavailable_reason().find("TESSEL_SIM_DEVICES='zero'") != std::string::npos, "reason: " + unavailable_reason());
+};
+BAD_ENV("environment", "an empty variable means the default", Expect::defined, "", {{"TESSEL_SIM_DEVICES", ""}}) {
+    expect(device_count() == 1, "one device by default");
+};
+BAD_ENV("environment", "TESSEL_SIM_MEMORY=1MiB is honoured", Expect::out_of_memory, "tried to allocate", {{"TESSEL_SIM_MEMORY", "1MiB"}}) {
+    (void)empty<float>({1 << 20});
+};
+#endif
+#define ALLOC_CASE(value, fragment)                                                                                       \
+    BAD_ENV("environment", "TESSEL_ALLOC_CONF=" value, Expect::invalid_argument, fragment, {{"TESSEL_ALLOC_CONF", value}}) { \
+        use_a_device();                                                                                                   \
+    }
+ALLOC_CASE("max_split_size_mb:-1", "max_split_size_mb='-1' is not an integer between 20 and");
+ALLOC_CASE("max_split_size_mb:5", "max_split_size_mb='5'");
+ALLOC_CASE("max_split_size_mb:99999999999999999999", "max_split_size_mb='99999999999999999999'");
+ALLOC_CASE("max_split_size_mb:17592186044416", "max_split_size_mb='17592186044416'");
+ALLOC_CASE("max_split_size_mb:", "max_split_size_mb=''");
+ALLOC_CASE("backend:gpu", "backend must be native or async, not 'gpu'");
+ALLOC_CASE("garbage", "'garbage' is not key:value");
+ALLOC_CASE("colour:red", "unknown key 'colour'");
+#undef ALLOC_CASE
+BAD("rows", "rms_norm with a NaN eps", Expect::invalid_argument, "eps") { (void)rms_norm(dev({3, 4}), {}, std::nan("")); };
+BAD("reductions", "stddev with a negative correction", Expect::invalid_argument, "correction -2") { (void)stddev(dev({4}), {}, -2); };
+BAD("shapes", "reshape to a different element count names reshape", Expect::invalid_argument, "reshape: shape [5]") {
+    (void)dev({4, 6}).reshape({5});
+};

@@ -1,0 +1,465 @@
+// Bad input to tensors themselves: shapes, views, sizes near the integer limits, host conversions,
+// copies between memory spaces, handles (Stream, Event), DLPack capsules.
+#include <dlpack/dlpack.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+
+#include <tessel/tensor/dlpack.hpp>
+#include <tessel/tessel.hpp>
+
+#include "harness.hpp"
+
+namespace {
+using namespace tessel;
+using robustness::expect;
+constexpr std::int64_t i64max = std::numeric_limits<std::int64_t>::max();
+constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
+
+Tensor<float> dev(const Shape& s) { return zeros<float>(s); }
+Tensor<float> host(const Shape& s) { return zeros<float>(s, {.space = MemorySpace::host}); }
+std::vector<float> iota_values(std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = float(i) + 0.5f;
+    return v;
+}
+Tensor<float> iota_on(const Shape& s, MemorySpace space) {
+    const auto v = iota_values(std::size_t(Layout::contiguous(s).numel()));
+    return from_host<float>(std::span<const float>(v), s, {.space = space});
+}
+}  // namespace
+
+// ---- shapes -------------------------------------------------------------------------------------
+BAD("shapes", "empty with a negative size", Expect::invalid_argument, "negative size") { (void)empty<float>({3, -1}); };
+BAD("shapes", "zeros with a negative size", Expect::invalid_argument, "negative size") { (void)zeros<float>({-5}); };
+BAD("shapes", "full with a negative size", Expect::invalid_argument, "negative size") { (void)full<float>({2, -2}, 1.f); };
+BAD("shapes", "host empty with a negative size", Expect::invalid_argument, "negative size") {
+    (void)empty<float>({-1}, {.space = MemorySpace::host});
+};
+BAD("shapes", "rank 9", Expect::invalid_argument, "at most 8 dims") { (void)empty<float>({1, 1, 1, 1, 1, 1, 1, 1, 1}); };
+BAD("shapes", "from_host with too few values", Expect::invalid_argument, "from_host: 3 values for shape [2, 2]") {
+    (void)from_host<float>({1.f, 2.f, 3.f}, {2, 2});
+};
+BAD("shapes", "from_host with too many values", Expect::invalid_argument, "5 values") {
+    (void)from_host<float>({1.f, 2.f, 3.f, 4.f, 5.f}, {2, 2});
+};
+BAD("shapes", "view to a different element count", Expect::invalid_argument, "view: shape") { (void)dev({4, 6}).view({5, 5}); };
+BAD("shapes", "view with two -1", Expect::invalid_argument, "more than one -1") { (void)dev({4, 6}).view({-1, -1}); };
+BAD("shapes", "view of a transposed tensor", Expect::invalid_argument, "cannot be viewed") {
+    (void)dev({4, 6}).transpose(0, 1).view({24});
+};
+BAD("shapes", "view with a -1 that does not divide", Expect::invalid_argument, "invalid for a tensor of 24") {
+    (void)dev({4, 6}).view({5, -1});
+};
+BAD("shapes", "view with a negative size", Expect::invalid_argument, "negative size") { (void)dev({4, 6}).view({-2, -12}); };
+BAD("shapes", "reshape to a different element count", Expect::invalid_argument, "reshape") {
+    (void)dev({4, 6}).transpose(0, 1).reshape({7});
+};
+BAD("shapes", "expand a non-1 dim", Expect::invalid_argument, "expand: cannot expand shape") { (void)dev({3, 2}).expand({3, 4}); };
+BAD("shapes", "expand to fewer dims", Expect::invalid_argument, "fewer dims") { (void)dev({3, 2}).expand({2}); };
+BAD("shapes", "element count overflows 64 bits", Expect::invalid_argument, "overflows 64 bits") {
+    (void)empty<float>({std::int64_t(1) << 40, std::int64_t(1) << 40});
+};
+BAD("shapes", "byte count overflows", Expect::invalid_argument, "overflow the byte count") {
+    (void)empty<double>({i64max / 2});
+};
+BAD("shapes", "strides of an empty shape that overflow", Expect::invalid_argument, "overflows 64 bits") {
+    (void)empty<float>({0, i64max, i64max});
+};
+DEFINED("shapes", "a zero size makes a large shape empty") {
+    const auto t = empty<float>({0, std::int64_t(1) << 40, std::int64_t(1) << 20});
+    expect(t.numel() == 0, "numel of [0, 2^40, 2^20] is " + std::to_string(t.numel()));
+};
+
+// ---- views --------------------------------------------------------------------------------------
+BAD("views", "slice step 0", Expect::invalid_argument, "step 0") { (void)dev({10}).slice(0, 0, 10, 0); };
+BAD("views", "slice negative step", Expect::invalid_argument, "step -2") { (void)dev({10}).slice(0, 0, 10, -2); };
+BAD("views", "slice start after stop", Expect::invalid_argument, "is after stop") { (void)dev({10}).slice(0, 7, 3); };
+BAD("views", "slice start beyond the size", Expect::invalid_argument, "out of range") { (void)dev({10}).slice(0, 11, 12); };
+BAD("views", "slice stop at INT64_MIN", Expect::invalid_argument, "out of range") {
+    (void)dev({10}).slice(0, 0, std::numeric_limits<std::int64_t>::min());
+};
+BAD("views", "slice of a missing dim", Expect::invalid_argument, "slice: dim 2") { (void)dev({3, 4}).slice(2, 0, 1); };
+DEFINED("views", "slice with a step of INT64_MAX keeps one element") {
+    const auto t = iota_on({10}, MemorySpace::device).slice(0, 3, 10, i64max);
+    expect(t.numel() == 1 && t.item() == 3.5f, "slice(3, 10, max) should be the one element 3.5");
+};
+DEFINED("views", "slice with a huge step on a large stride") {
+    const auto t = dev({4, 1000}).slice(0, 0, 4, i64max / 2);
+    expect(t.shape() == Shape{1, 1000}, "shape " + t.shape().to_string());
+};
+BAD("views", "narrow with a negative length", Expect::invalid_argument, "narrow: length -1") { (void)dev({10}).narrow(0, 2, -1); };
+BAD("views", "narrow past the end", Expect::invalid_argument, "does not fit") { (void)dev({10}).narrow(0, 8, 5); };
+BAD("views", "narrow with a huge start", Expect::invalid_argument, "out of range") { (void)dev({10}).narrow(0, i64max, 1); };
+BAD("views", "select out of range", Expect::invalid_argument, "select: index 4") { (void)dev({4, 2}).select(0, 4); };
+BAD("views", "select below -size", Expect::invalid_argument, "select: index -5") { (void)dev({4, 2}).select(0, -5); };
+BAD("views", "permute repeats a dim", Expect::invalid_argument, "permute") { (void)dev({2, 3, 4}).permute({0, 0, 1}); };
+BAD("views", "permute with too few dims", Expect::invalid_argument, "permute") { (void)dev({2, 3, 4}).permute({1, 0}); };
+BAD("views", "permute with a dim out of range", Expect::invalid_argument, "permute") { (void)dev({2, 3}).permute({0, 5}); };
+BAD("views", "transpose of a missing dim", Expect::invalid_argument, "out of range") { (void)dev({2, 3}).transpose(0, 2); };
+BAD("views", "unsqueeze beyond rank", Expect::invalid_argument, "out of range") { (void)dev({2, 3}).unsqueeze(4); };
+BAD("views", "squeeze of a missing dim", Expect::invalid_argument, "out of range") { (void)dev({2, 1}).squeeze(3); };
+BAD("views", "size of a missing dim", Expect::invalid_argument, "dimension 2 out of range") { (void)dev({2, 3}).size(2); };
+BAD("views", "element access of device memory", Expect::invalid_argument, "call to_host() first") { (void)dev({2, 3})({0, 0}); };
+BAD("views", "element access with too few indices", Expect::invalid_argument, "with 1 indices") { (void)host({2, 3})({0}); };
+BAD("views", "element access out of range", Expect::invalid_argument, "index 3 out of range") { (void)host({2, 3})({1, 3}); };
+BAD("views", "item of several elements", Expect::invalid_argument, "exactly one element") { (void)dev({2}).item(); };
+BAD("views", "device() of an undefined tensor", Expect::invalid_argument, "undefined") { (void)Tensor<float>{}.device(); };
+BAD("views", "slice of an undefined tensor", Expect::invalid_argument, "slice") { (void)Tensor<float>{}.slice(0, 0, 1); };
+BAD("views", "to_vector of an undefined tensor", Expect::invalid_argument, "undefined") { (void)Tensor<float>{}.to_vector(); };
+BAD("views", "clone of an undefined tensor", Expect::invalid_argument, "undefined") { (void)Tensor<float>{}.clone(); };
+BAD("views", "prefetch of device memory", Expect::invalid_argument, "prefetch needs a managed tensor") {
+    dev({4}).prefetch(std::nullopt);
+};
+BAD("views", "Tensor over too little storage", Expect::invalid_argument, "reaches outside its storage") {
+    auto t = dev({4});
+    (void)Tensor<float>(t.storage(), Layout::contiguous({5}));
+};
+
+// ---- sizes near the limits ----------------------------------------------------------------------
+BAD("sizes", "device tensor larger than the device", Expect::out_of_memory, "tried to allocate") {
+    (void)empty<float>({std::int64_t(1) << 45});
+};
+BAD("sizes", "raw device request of SIZE_MAX", Expect::out_of_memory, "18446744073709551615 bytes") {
+    (void)memory::allocate(size_max);
+};
+BAD("sizes", "raw device request of 2^63 + 1", Expect::out_of_memory, "9223372036854775809") {
+    (void)memory::allocate((std::size_t(1) << 63) + 1);
+};
+BAD("sizes", "host tensor larger than memory", Expect::out_of_memory, "out of host memory") {
+    (void)empty<float>({std::int64_t(1) << 60}, {.space = MemorySpace::host});
+};
+BAD("sizes", "pinned tensor larger than memory", Expect::out_of_memory, "pinned") {
+    (void)empty<float>({std::int64_t(1) << 60}, {.space = MemorySpace::pinned});
+};
+BAD("sizes", "managed tensor larger than the device", Expect::out_of_memory, "managed") {
+    (void)empty<float>({std::int64_t(1) << 45}, {.space = MemorySpace::managed});
+};
+BAD("sizes", "raw pinned request of SIZE_MAX / 2", Expect::out_of_memory, "pinned") { (void)rt::malloc_pinned(size_max / 2); };
+BAD("sizes", "every OOM is an Error too", Expect::out_of_memory, "tried to allocate") {
+    try {
+        (void)empty<float>({std::int64_t(1) << 45});
+    } catch (const Error&) {
+        throw;  // caught as the base first, rethrown as what it is
+    }
+};
+DEFINED("sizes", "OOM messages print sizes without a sign") {
+    try {
+        (void)memory::allocate(size_max - 7);
+        expect(false, "no OutOfMemoryError");
+    } catch (const OutOfMemoryError& e) {
+        const std::string what = e.what();
+        expect(what.find("-") == std::string::npos || what.find("tried to allocate -") == std::string::npos,
+               "negative size in: " + what);
+        expect(what.find("18446744073709551608") != std::string::npos, "size missing in: " + what);
+    }
+};
+BAD("sizes", "arange with a NaN step", Expect::invalid_argument, "must be finite") { (void)arange<float>(0, 10, std::nan("")); };
+BAD("sizes", "arange to infinity", Expect::invalid_argument, "must be finite") {
+    (void)arange<float>(0, std::numeric_limits<double>::infinity());
+};
+BAD("sizes", "arange with step 0", Expect::invalid_argument, "step must not be 0") { (void)arange<float>(0, 10, 0); };
+BAD("sizes", "arange of 10^18 elements", Expect::invalid_argument, "more than a tensor can index") {
+    (void)arange<std::int64_t>(0, 1e18, 1);
+};
+BAD("sizes", "arange past int8", Expect::invalid_argument, "beyond the range of int8") { (void)arange<std::int8_t>(0, 300); };
+BAD("sizes", "arange below uint8", Expect::invalid_argument, "beyond the range of uint8") { (void)arange<std::uint8_t>(-3, 5); };
+BAD("sizes", "arange past float16", Expect::invalid_argument, "beyond the range of float16") {
+    (void)arange<__half>(0, 200000, 1000);
+};
+DEFINED("sizes", "arange counting down") {
+    const auto v = arange<std::int32_t>(5, 0, -2).to_vector();
+    expect(v == std::vector<std::int32_t>{5, 3, 1}, "arange(5, 0, -2)");
+};
+DEFINED("sizes", "arange with an empty range") { expect(arange<float>(5, 0).numel() == 0, "arange(5, 0) is empty"); };
+BAD("sizes", "from_blob spanning more bytes than memory", Expect::invalid_argument, "spans more bytes") {
+    static float x[4];
+    (void)from_blob<float>(x, {i64max}, MemorySpace::host);
+};
+BAD("sizes", "from_blob strides reaching before the pointer", Expect::invalid_argument, "reach before the pointer") {
+    static float x[4];
+    (void)from_blob<float>(x, {2, 2}, MemorySpace::host, Device{0}, {}, Shape{-1, 1});
+};
+
+// ---- host conversions: the device casts' semantics ------------------------------------------------
+DEFINED("conversions", "to<int32>() of NaN and infinities") {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const auto v = from_host<float>({nan, inf, -inf, 1e10f, -1e10f, -2.7f}, {6}, {.space = MemorySpace::host})
+                       .to<std::int32_t>()
+                       .to_vector();
+    const std::vector<std::int32_t> want{0, 2147483647, -2147483647 - 1, 2147483647, -2147483647 - 1, -2};
+    expect(v == want, "NaN->0, saturation, truncation toward zero");
+};
+DEFINED("conversions", "to<uint8>() saturates") {
+    const auto v = from_host<float>({300.f, -5.f, 254.9f}, {3}, {.space = MemorySpace::host}).to<std::uint8_t>().to_vector();
+    expect(v == std::vector<std::uint8_t>{255, 0, 254}, "300 -> 255, -5 -> 0, 254.9 -> 254");
+};
+DEFINED("conversions", "to<int64>() of 9.3e18 saturates") {
+    const auto v = from_host<double>({9.3e18, -9.3e18}, {2}, {.space = MemorySpace::host}).to<std::int64_t>().to_vector();
+    expect(v[0] == std::numeric_limits<std::int64_t>::max() && v[1] == std::numeric_limits<std::int64_t>::min(), "int64 saturation");
+};
+DEFINED("conversions", "to<int32>() on the device side agrees") {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto v = from_host<float>({nan, 3e9f, -3e9f}, {3}).to<std::int32_t>().to_vector();
+    expect(v == std::vector<std::int32_t>{0, 2147483647, -2147483647 - 1}, "device tensor .to<int32>()");
+};
+DEFINED("conversions", "to<bool>() is != 0") {
+    const auto v = from_host<float>({0.f, 0.5f, -0.f, std::numeric_limits<float>::quiet_NaN()}, {4}, {.space = MemorySpace::host})
+                       .to<bool>()
+                       .to_vector();
+    expect(!v[0] && v[1] && !v[2] && v[3], "0 -> false, 0.5 -> true, -0 -> false, NaN -> true");
+};
+DEFINED("conversions", "convert<int16 range> from half infinity") {
+    expect(convert<std::int8_t>(__float2half(std::numeric_limits<float>::infinity())) == 127, "half inf -> int8 127");
+};
+DEFINED("conversions", "dtype names print with %s") {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s/%s", dtype_traits<__nv_bfloat16>::name, dtype_name(DType::i64));
+    expect(std::string(buf) == "bfloat16/int64", std::string("printed ") + buf);
+};
+
+// ---- copies into existing tensors ------------------------------------------------------------------
+BAD("copies", "copy_ of another shape", Expect::invalid_argument, "copy_: the source has shape [3]") { dev({4}).copy_(dev({3})); };
+BAD("copies", "copy_ from an undefined tensor", Expect::invalid_argument, "source is an undefined") { dev({4}).copy_(Tensor<float>{}); };
+BAD("copies", "copy_ into an undefined tensor", Expect::invalid_argument, "destination is an undefined") {
+    Tensor<float>{}.copy_(dev({4}));
+};
+BAD("copies", "copy_ into a broadcast view", Expect::invalid_argument, "repeats elements") {
+    dev({1, 4}).expand({3, 4}).copy_(dev({3, 4}));
+};
+BAD("copies", "copy_ between overlapping views", Expect::invalid_argument, "overlap in memory") {
+    const auto t = dev({10});
+    t.slice(0, 0, 8).copy_(t.slice(0, 2, 10));
+};
+BAD("copies", "copy_ between overlapping blobs", Expect::invalid_argument, "overlap in memory") {
+    const auto t = dev({10});
+    const auto alias = from_blob<float>(t.data() + 1, {8}, MemorySpace::device, t.device());
+    t.slice(0, 0, 8).copy_(alias);
+};
+DEFINED("copies", "copy_ onto itself changes nothing") {
+    const auto t = iota_on({5}, MemorySpace::device);
+    t.copy_(t);
+    expect(t.to_vector() == iota_values(5), "values kept");
+};
+namespace {
+// Copies a [7, 5] iota from `src_space` (transposed when `strided_src`) into a poisoned [5, 7]
+// destination in `dst_space` (a transposed view when `strided_dst`) and checks every element.
+void check_copy(MemorySpace src_space, bool strided_src, MemorySpace dst_space, bool strided_dst) {
+    const auto base = iota_on({7, 5}, src_space);
+    const Tensor<float> src = strided_src ? base.transpose(0, 1) : base.contiguous().view({5, 7});
+    const auto dst_storage = full<float>({strided_dst ? 7 : 5, strided_dst ? 5 : 7}, -999.f, {.space = dst_space});
+    const Tensor<float> dst = strided_dst ? dst_storage.transpose(0, 1) : dst_storage;
+    const Stream s = Stream::create();
+    dst.copy_(src, s);
+    s.synchronize();
+    const auto got = dst.contiguous().to_vector(), want = src.contiguous().to_vector();
+    for (std::size_t i = 0; i < want.size(); ++i)
+        expect(got[i] == want[i], "element " + std::to_string(i) + ": " + std::to_string(got[i]) + " != " + std::to_string(want[i]));
+}
+}  // namespace
+DEFINED("copies", "copy_ device <- strided device") { check_copy(MemorySpace::device, true, MemorySpace::device, false); };
+DEFINED("copies", "copy_ strided device <- device") { check_copy(MemorySpace::device, false, MemorySpace::device, true); };
+DEFINED("copies", "copy_ strided device <- strided host") { check_copy(MemorySpace::host, true, MemorySpace::device, true); };
+DEFINED("copies", "copy_ strided host <- strided device") { check_copy(MemorySpace::device, true, MemorySpace::host, true); };
+DEFINED("copies", "copy_ pinned <- device") { check_copy(MemorySpace::device, false, MemorySpace::pinned, false); };
+DEFINED("copies", "copy_ managed <- strided pinned") { check_copy(MemorySpace::pinned, true, MemorySpace::managed, false); };
+DEFINED("copies", "copy_ strided managed <- host") { check_copy(MemorySpace::host, false, MemorySpace::managed, true); };
+DEFINED("copies", "copy_ host <- host") { check_copy(MemorySpace::host, true, MemorySpace::host, false); };
+
+// ---- handles ------------------------------------------------------------------------------------
+BAD("handles", "record on a moved-from Event", Expect::invalid_argument, "moved from") {
+    Event e;
+    Event f(std::move(e));
+    e.record(Stream());
+};
+BAD("handles", "query of a moved-from Event", Expect::invalid_argument, "Event::query") {
+    Event e;
+    Event f(std::move(e));
+    (void)e.query();
+};
+BAD("handles", "synchronize on a moved-from Event", Expect::invalid_argument, "Event::synchronize") {
+    Event e;
+    Event f(std::move(e));
+    e.synchronize();
+};
+BAD("handles", "elapsed_ms to a moved-from Event", Expect::invalid_argument, "elapsed_ms") {
+    Event a, b;
+    a.record(Stream());
+    Event c(std::move(b));
+    (void)a.elapsed_ms(b);
+};
+BAD("handles", "a stream waiting for a moved-from Event", Expect::invalid_argument, "Stream::wait") {
+    Event e;
+    Event f(std::move(e));
+    Stream::create().wait(e);
+};
+BAD("handles", "elapsed_ms without timing", Expect::invalid_argument, "need timing") {
+    Event a(false), b(false);
+    a.record(Stream());
+    b.record(Stream());
+    b.synchronize();
+    (void)a.elapsed_ms(b);
+};
+BAD("handles", "elapsed_ms of an event never recorded", Expect::cuda_error, "never recorded") {
+    Event a, b;
+    b.record(Stream());
+    b.synchronize();
+    (void)a.elapsed_ms(b);
+};
+BAD("handles", "Event recorded on another device's stream", Expect::invalid_argument, "belongs to device") {
+    Event e;
+    Stream s = Stream::default_stream(Device{1});
+    e.record(s);
+};
+DEFINED("handles", "a moved-from Stream still names its stream") {
+    Stream s = Stream::create();
+    const rt::stream_t h = s.handle();
+    Stream t(std::move(s));
+    expect(s.handle() == h && t.handle() == h, "both name the stream");
+    s.synchronize();
+};
+DEFINED("handles", "a default Stream is the default stream") {
+    Stream s;
+    expect(s.is_default() && s.query(), "default stream, idle");
+};
+DEFINED("handles", "a moved-into Event is usable") {
+    Event a;
+    Event b = std::move(a);
+    b.record(Stream());
+    b.synchronize();
+    expect(b.query() && !a.valid(), "moved-into event records");
+};
+
+// ---- DLPack ---------------------------------------------------------------------------------------
+namespace {
+// A producer's capsule over `data`; counts its deleter calls.
+struct Capsule {
+    std::int64_t shape[8] = {2, 3};
+    std::int64_t strides[8] = {3, 1};
+    DLManagedTensor m{};
+    int deleted = 0;
+    Capsule(void* data, DLDevice device, DLDataType dtype = {kDLFloat, 32, 1}, int ndim = 2) {
+        m.dl_tensor = DLTensor{data, device, ndim, dtype, shape, strides, 0};
+        m.manager_ctx = this;
+        m.deleter = [](DLManagedTensor* self) { ++static_cast<Capsule*>(self->manager_ctx)->deleted; };
+    }
+};
+float host_block[64];
+}  // namespace
+BAD("dlpack", "null capsule", Expect::invalid_argument, "null DLManagedTensor") { (void)from_dlpack<float>(nullptr); };
+BAD("dlpack", "null shape array", Expect::invalid_argument, "shape array is null") {
+    Capsule c(host_block, {kDLCPU, 0});
+    c.m.dl_tensor.shape = nullptr;
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "null data with elements", Expect::invalid_argument, "null data pointer") {
+    Capsule c(nullptr, {kDLCPU, 0});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "misaligned byte_offset", Expect::invalid_argument, "byte_offset 2") {
+    Capsule c(host_block, {kDLCPU, 0});
+    c.m.dl_tensor.byte_offset = 2;
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "misaligned data pointer", Expect::invalid_argument, "not aligned") {
+    Capsule c(reinterpret_cast<char*>(host_block) + 1, {kDLCPU, 0});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "CPU memory with device_id 3", Expect::invalid_argument, "device_id 3") {
+    Capsule c(host_block, {kDLCPU, 3});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "CUDA host memory with device_id -1", Expect::invalid_argument, "device_id -1") {
+    Capsule c(host_block, {kDLCUDAHost, -1});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "CUDA device 7", Expect::invalid_argument, "CUDA device 7 does not exist") {
+    Capsule c(host_block, {kDLCUDA, 7});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "CUDA managed device -1", Expect::invalid_argument, "managed device -1 does not exist") {
+    Capsule c(host_block, {kDLCUDAManaged, -1});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "an OpenCL device", Expect::unsupported, "device type 4") {
+    Capsule c(host_block, {kDLOpenCL, 0});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "rank 9", Expect::invalid_argument, "rank 9") {
+    Capsule c(host_block, {kDLCPU, 0}, {kDLFloat, 32, 1}, 9);
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "negative rank", Expect::invalid_argument, "rank -1") {
+    Capsule c(host_block, {kDLCPU, 0}, {kDLFloat, 32, 1}, -1);
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "a negative size", Expect::invalid_argument, "negative") {
+    Capsule c(host_block, {kDLCPU, 0});
+    c.shape[0] = -2;
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "float64 capsule read as float32", Expect::invalid_argument, "holds float64") {
+    Capsule c(host_block, {kDLCPU, 0}, {kDLFloat, 64, 1});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "vector lanes", Expect::invalid_argument, "float32x4") {
+    Capsule c(host_block, {kDLCPU, 0}, {kDLFloat, 32, 4});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "bool has no DLPack 0.6 code", Expect::unsupported, "cannot express dtype bool") {
+    (void)to_dlpack(zeros<bool>({2}));
+};
+DEFINED("dlpack", "a rejected capsule is released exactly once") {
+    Capsule c(host_block, {kDLCPU, 9});
+    try {
+        (void)from_dlpack<float>(&c.m);
+    } catch (const InvalidArgument&) {
+    }
+    expect(c.deleted == 1, "deleter ran " + std::to_string(c.deleted) + " times");
+};
+DEFINED("dlpack", "an accepted capsule is released with its last view") {
+    Capsule c(host_block, {kDLCPU, 0});
+    {
+        const auto t = from_dlpack<float>(&c.m);
+        expect(t.shape() == Shape{2, 3} && c.deleted == 0, "wrapped, not yet released");
+    }
+    expect(c.deleted == 1, "released once");
+};
+DEFINED("dlpack", "a round trip keeps strides and values") {
+    const auto t = iota_on({4, 6}, MemorySpace::device).transpose(0, 1);
+    DLManagedTensor* m = to_dlpack(t);
+    const auto back = from_dlpack<float>(m);
+    expect(back.strides() == t.strides() && back.to_vector() == t.to_vector(), "same view");
+};
+BAD("dlpack", "null data with an empty shape is fine but device 3 is not", Expect::invalid_argument, "device 3") {
+    Capsule c(nullptr, {kDLCUDA, 3});
+    c.shape[0] = 0;
+    (void)from_dlpack<float>(&c.m);
+};
+
+// ---- from_blob ------------------------------------------------------------------------------------
+BAD("from_blob", "null pointer with elements", Expect::invalid_argument, "from_blob: null pointer") {
+    (void)from_blob<float>(nullptr, {3}, MemorySpace::host);
+};
+DEFINED("from_blob", "null pointer without elements") {
+    expect(from_blob<float>(nullptr, {0, 3}, MemorySpace::host).numel() == 0, "an empty blob may be null");
+};
+BAD("from_blob", "misaligned pointer", Expect::invalid_argument, "not aligned to 8 bytes") {
+    (void)from_blob<double>(reinterpret_cast<double*>(reinterpret_cast<char*>(host_block) + 4), {2}, MemorySpace::host);
+};
+BAD("from_blob", "device memory on device 12", Expect::invalid_argument, "device 12, which does not exist") {
+    (void)from_blob<float>(host_block, {2}, MemorySpace::device, Device{12});
+};
+BAD("from_blob", "managed memory on device -1", Expect::invalid_argument, "device -1") {
+    (void)from_blob<float>(host_block, {2}, MemorySpace::managed, Device{-1});
+};
+DEFINED("from_blob", "a rejected blob never runs its deleter") {
+    int calls = 0;
+    try {
+        (void)from_blob<float>(nullptr, {3}, MemorySpace::host, Device{0}, [&](void*) { ++calls; });
+    } catch (const InvalidArgument&) {
+    }
+    expect(calls == 0, "deleter ran");
+};
