@@ -40,6 +40,7 @@ TEST_CASE("the async backend allocates, counts and reuses in stream order", "[.a
     CHECK(b == a);
     mem::deallocate(b);
     CHECK(mem::stats().allocation[0].current == before.allocation[0].current);
+    require_consistent(mem::CachingAllocator::instance().async(tessel::current_device().index));
     {
         auto t = tessel::arange<float>(0, 1000, 1, {.stream = s});
         CHECK(t.to_vector()[999] == 999.f);

@@ -1,6 +1,7 @@
 // Bad input to operations: expressions, reductions, row normalisations, sort/scan, random fills,
 // loss scaling, quantisation, the pipeline; streams, devices, aliasing, integer overflow inside
 // kernels, the allocator, and every TESSEL_* environment variable (in child processes).
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -18,9 +19,10 @@ using I64 = std::int64_t;
 
 Tensor<float> dev(const Shape& s) { return zeros<float>(s); }
 Tensor<float> host(const Shape& s) { return zeros<float>(s, {.space = MemorySpace::host}); }
-// Spins until the host writes a non-zero value into *gate (managed memory).
+// Spins until the host writes a non-zero value into *gate (managed memory). Both sides use atomics
+// (system scope here, std::atomic_ref on the host), so ThreadSanitizer sees no race on the gate.
 __global__ void wait_for_gate(I32* gate) {
-    while (*static_cast<volatile I32*>(gate) == 0) {
+    while (atomicAdd_system(gate, 0) == 0) {
     }
 }
 rt::stream_t bogus_stream() { return reinterpret_cast<rt::stream_t>(std::uintptr_t(0xdead0)); }
@@ -278,7 +280,7 @@ DEFINED("streams", "item() after a write on another stream waits for it") {
     (z = y.slice(0, 0, 3) + 1).run(s);
     std::thread opener([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        *static_cast<volatile I32*>(gate.data()) = 1;
+        std::atomic_ref<I32>(*gate.data()).store(1);
     });
     const float v = x.item();
     const auto w = z.to_vector();

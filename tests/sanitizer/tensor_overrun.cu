@@ -46,8 +46,8 @@ int fail(const std::string& why) {
 
 // Every allocator's books still add up (the checks a fuzzer makes after each step).
 int check_books() {
-    auto bad = mem::CachingAllocator::instance().device(0).check_invariants();
-    for (const auto& s : mem::HostCachingAllocator::instance().check_invariants()) bad.push_back(s);
+    auto bad = mem::check_invariants();
+    for (const auto& s : mem::check_host_invariants()) bad.push_back(s);
     for (const auto& s : bad) std::fprintf(stderr, "invariant: %s\n", s.c_str());
     return bad.empty() ? 0 : fail("the allocators' invariants are broken");
 }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "../core/kernel.hpp"  // first: a host-compiled file of a CUDA build stops here with the compile-as-CUDA message
 #if defined(TESSEL_BACKEND_CUDA)
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>

@@ -1,8 +1,10 @@
 // The sim's stream-ordered allocator: cudaMallocAsync / cudaFreeAsync on one default memory pool per
 // device. A block freed on stream S is reused at once by allocations on S, and by other streams once
 // S has reached the free. The pool keeps freed blocks (best fit, never split) until cudaMemPoolTrimTo.
-// Included by runtime.hpp.
+// Included at the end of runtime.hpp; including it first includes runtime.hpp, whose end then skips it.
 #pragma once
+
+#include "runtime.hpp"
 
 #include <memory>
 #include <mutex>
