@@ -63,7 +63,7 @@ namespace {
 
 struct Options {
     std::uint64_t seed = 1;
-    std::int64_t steps = 3000;
+    std::int64_t steps = 8000;  // about 25 s on one core of the sim (RelWithDebInfo)
     std::int64_t only = -1;   // run just this step (quicker, but the allocator's state then differs)
     std::string family;       // run only steps that draw this family
     bool verbose = false;
@@ -319,6 +319,10 @@ int main(int argc, char** argv) {
         for (const auto& [name, c] : ops)
             std::printf("    %-60s %6lld %6lld\n", name.c_str(), static_cast<long long>(c.valid), static_cast<long long>(c.invalid));
     }
+#if defined(TESSEL_BACKEND_SIM)
+    std::printf("  sim: %llu kernel launches, %llu of them clusters\n", static_cast<unsigned long long>(tessel::sim::launch_count()),
+                static_cast<unsigned long long>(tessel::sim::cluster_launch_count()));
+#endif
     const memory::DeviceStats s = memory::stats();
     std::printf("  allocator: %lld device allocations, %lld frees, %lld retries, %lld OOMs; peak reserved %lld bytes\n",
                 static_cast<long long>(s.num_device_alloc), static_cast<long long>(s.num_device_free), static_cast<long long>(s.num_alloc_retries),

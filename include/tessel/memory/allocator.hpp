@@ -194,11 +194,11 @@ inline void set_memory_fraction(double fraction, Device d = current_device()) {
     CachingAllocator::instance().device(d.index).set_memory_fraction(fraction);
 }
 // What is wrong with the bookkeeping of device `d`'s allocator (block chains, pools, statistics), one
-// sentence per violation; empty when consistent (always under backend:async, whose pool the driver
-// keeps). For tests and fuzzers: it walks every block under the allocator's lock.
+// sentence per violation; empty when consistent (under backend:async: the live allocations and the
+// statistics). For tests and fuzzers: it walks every block under the allocator's lock.
 inline std::vector<std::string> check_invariants(Device d = current_device()) {
     auto& a = CachingAllocator::instance();
-    if (a.backend() == Backend::async) return {};
+    if (a.backend() == Backend::async) return a.async(d.index).check_invariants();
     return a.device(d.index).check_invariants();
 }
 // A text table of the statistics of device `d`.
