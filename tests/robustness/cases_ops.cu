@@ -445,3 +445,9 @@ BAD("reductions", "stddev with a negative correction", Expect::invalid_argument,
 BAD("shapes", "reshape to a different element count names reshape", Expect::invalid_argument, "reshape: shape [5]") {
     (void)dev({4, 6}).reshape({5});
 };
+DEFINED("aliasing", "in place with a dim of size 1 (found by the fuzzer)") {
+    const auto a = full<float>({4, 1}, 2.f), s = full<float>({1}, 3.f);
+    (a += a).run();
+    (s = s * 2).run();
+    expect(a.to_vector() == std::vector<float>(4, 4.f) && s.item() == 6.f, "a += a and s = s * 2");
+};

@@ -187,8 +187,11 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     for (std::size_t k = 0; k < leaves.size(); ++k) {
         const LeafPlan& l = leaves[k];
         if (l.layout.numel() == 0) continue;  // other storages too: two tensors may wrap the same memory (from_blob)
-        const bool same_elements = static_cast<const void*>(out_.data()) == l.data && l.element_size == sizeof(Out) &&
-                                   l.strides == out_.strides();
+        // The same elements: the same first element and the same strides wherever a dim has more than
+        // one element (a size-1 dim's stride is 0 once broadcast, and never used).
+        bool same_strides = l.strides.size() == shape.size();
+        for (int d = 0; same_strides && d < shape.size(); ++d) same_strides = shape[d] <= 1 || l.strides[d] == out_.strides()[d];
+        const bool same_elements = static_cast<const void*>(out_.data()) == l.data && l.element_size == sizeof(Out) && same_strides;
         const auto r = detail::byte_range(l.data, l.layout, l.element_size);
         const bool disjoint = r.second < out_range.first || out_range.second < r.first;
         require(same_elements || disjoint, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
