@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # README command (2): the whole test suite on a machine with the CUDA toolkit, GPU or not.
-#   sim       the sim backend: every kernel, runtime and sim test; the tour; the find_package consumer
-#   sim-asan  the same under AddressSanitizer + UndefinedBehaviorSanitizer
+#   sim       the sim backend: every kernel, runtime and sim test (at -O1), the bad-input suite, the
+#             fuzzer, header self-containment; examples, tools, benchmarks; the find_package consumer
+#   sim-asan  the test suite and the bad-input suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#             (-Og), with the tensor-overrun checks
 #   sim-tsan  the same with a block's threads as OS threads under ThreadSanitizer, plus the race check
 #   cuda      every target built by nvcc for sm_90 with warnings as errors; its tests run on a GPU
 #             and report themselves skipped without one

@@ -29,6 +29,8 @@
 #include <typeinfo>
 #include <vector>
 
+#include "known_issues.hpp"
+
 namespace fuzz {
 
 using namespace tessel;
@@ -192,18 +194,6 @@ private:
     rt::event_t ready_event_ = nullptr;
     std::string desc_;
 };
-
-// ---- known tessel bugs ---------------------------------------------------------------------------
-
-// Each switch keeps the fuzzer away from one tessel bug it found, until the bug is fixed: then set
-// it to false (or delete it) and the fuzzer covers that case again.
-
-// An expression reading exactly the elements it writes (a = a * 2, a += b, documented as allowed) is
-// rejected as an overlap when the output has a dim of size 1: run() compares the operand's
-// broadcast strides (0 for a size-1 dim) with the output's own strides (not 0).
-//   auto a = tessel::zeros<float>({4, 1});
-//   (a += a).run();   // InvalidArgument: operand 0 ... overlaps the output at other positions
-inline constexpr bool known_issue_alias_size1_dims = true;
 
 // ---- element types ------------------------------------------------------------------------------
 
@@ -637,6 +627,7 @@ void copy_step(Step& st);
 void sort_step(Step& st);
 void random_step(Step& st);
 void view_step(Step& st);
+void chain_step(Step& st);  // with the float32 element-wise steps, whose kernels it reuses
 
 // A random element type among those the family supports, dispatched to f.template operator()<T>().
 template <class F>

@@ -160,7 +160,7 @@ struct FamilyEntry {
 };
 const FamilyEntry families[] = {
     {"elementwise", 30, elementwise_step}, {"reduce", 22, reduce_step}, {"rows", 12, rows_step}, {"copy", 14, copy_step},
-    {"sort", 10, sort_step},               {"random", 6, random_step},  {"view", 6, view_step},
+    {"sort", 10, sort_step},               {"random", 6, random_step},  {"view", 6, view_step},   {"chain", 5, chain_step},
 };
 
 // Runs step k; false (after printing why) when it failed.

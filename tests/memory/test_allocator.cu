@@ -396,6 +396,18 @@ TEST_CASE("the public API: allocate, MemoryScope, summary, snapshot, bad pointer
     CHECK(summary.find("allocated memory") != std::string::npos);
     CHECK(summary.find("reserved memory") != std::string::npos);
     CHECK(summary.find("from large pool") != std::string::npos);
+    // Every line of the table has its width, also with counters far beyond a test's.
+    mem::DeviceStats big = mem::stats();
+    big.num_device_alloc = 123456789012;
+    big.num_alloc_retries = 9876543210;
+    big.allocated_bytes[mem::StatPool::all].peak = std::int64_t(1) << 45;
+    big.allocation[mem::StatPool::large_pool].allocated = 99999999999999;
+    for (const std::string& table : {summary, mem::memory_summary(63, big)}) {
+        std::size_t lines = 0;
+        for (std::size_t at = 0, nl; (nl = table.find('\n', at)) != std::string::npos; at = nl + 1, ++lines)
+            CHECK(nl - at == mem::kSummaryWidth);
+        CHECK(lines == 42);
+    }
     bool found = false;
     for (const auto& seg : mem::snapshot())
         for (std::uintptr_t at = seg.address; const auto& b : seg.blocks) {

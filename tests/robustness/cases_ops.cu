@@ -25,6 +25,13 @@ __global__ void wait_for_gate(I32* gate) {
     while (atomicAdd_system(gate, 0) == 0) {
     }
 }
+// Opens the gate 50 ms from now, from another thread (join it before the case ends).
+std::thread open_gate_later(const Tensor<I32>& gate) {
+    return std::thread([p = gate.data()] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::atomic_ref<I32>(*p).store(1);
+    });
+}
 rt::stream_t bogus_stream() { return reinterpret_cast<rt::stream_t>(std::uintptr_t(0xdead0)); }
 // A stream that existed and was destroyed (handles are not reused while it is not recreated).
 rt::stream_t destroyed_stream() {
@@ -161,6 +168,11 @@ BAD("sort", "sort axis out of range", Expect::invalid_argument, "axis") { (void)
 BAD("sort", "sort of a host tensor", Expect::invalid_argument, "device") { (void)sort(host({4})); };
 BAD("sort", "argsort of an undefined tensor", Expect::invalid_argument, "device") { (void)argsort(Tensor<float>{}); };
 BAD("sort", "cumsum axis out of range", Expect::invalid_argument, "axis") { (void)cumsum(dev({3, 4}), -3); };
+BAD("sort", "sort of a scalar along axis 1", Expect::invalid_argument, "axis 1") { (void)sort(dev({}), 1); };
+BAD("sort", "cumsum of a scalar along axis -2", Expect::invalid_argument, "axis -2") { (void)cumsum(dev({}), -2); };
+DEFINED("sort", "cumsum of a scalar along axis -1") {
+    expect(cumsum(full<float>({}, 3.f), -1).item() == 3.f, "a scalar's running sum is itself");
+};
 BAD("sort", "cumprod of a host tensor", Expect::invalid_argument, "device") { (void)cumprod(host({4})); };
 BAD("sort", "unique of a host tensor", Expect::invalid_argument, "device") { (void)unique(host({4})); };
 DEFINED("sort", "sort of one element") { expect(sort(full<float>({1}, 2.f)).values.item() == 2.f, "one element sorts to itself"); };
@@ -278,15 +290,43 @@ DEFINED("streams", "item() after a write on another stream waits for it") {
     launch(wait_for_gate, 1, 1, 0, s, gate.data());
     (x = y.slice(0, 0, 1) * 2).run(s);
     (z = y.slice(0, 0, 3) + 1).run(s);
-    std::thread opener([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        std::atomic_ref<I32>(*gate.data()).store(1);
-    });
+    std::thread opener = open_gate_later(gate);
     const float v = x.item();
     const auto w = z.to_vector();
     opener.join();
     expect(v == 6.f, "item() read " + std::to_string(v) + " before the write on the other stream");
     expect(w == std::vector<float>(3, 4.f), "to_vector() read before the write on the other stream");
+};
+DEFINED("streams", "a pinned tensor read after an asynchronous copy_ into it sees the copy") {
+    // copy_ from the device into pinned memory returns once queued; item() and to_vector() on the
+    // pinned tensor must wait for it (here it sits behind a gated kernel).
+    const Stream s = Stream::create();
+    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed});
+    const auto d = full<float>({3}, -1.f), y = full<float>({3}, 3.f);
+    const auto p = full<float>({3}, -1.f, {.space = MemorySpace::pinned}), q = full<float>({1}, -1.f, {.space = MemorySpace::pinned});
+    rt::device_synchronize();
+    launch(wait_for_gate, 1, 1, 0, s, gate.data());
+    (d = y + 1).run(s);
+    p.copy_(d);
+    q.copy_(d.slice(0, 0, 1));
+    std::thread opener = open_gate_later(gate);
+    const float v = q.item();
+    const auto w = p.to_vector();
+    opener.join();
+    expect(v == 4.f, "item() of the pinned tensor read " + std::to_string(v) + " before the copy landed");
+    expect(w == std::vector<float>(3, 4.f), "to_vector() of the pinned tensor read before the copy landed");
+};
+DEFINED("copies", "copy_ from the host into a column writes only the column") {
+    // A host source into a strided device view: uploaded, then scattered on the device, so only the
+    // view's elements change (the columns around it keep a write queued just before).
+    const auto a = full<float>({5, 3}, 1.f);
+    const auto col = from_host<float>({7.f, 8.f, 9.f, 10.f, 11.f}, {5}, {.space = MemorySpace::host});
+    (a = a * 2).run();
+    a.select(1, 1).copy_(col);
+    const auto v = a.to_vector();
+    for (int r = 0; r < 5; ++r)
+        expect(v[std::size_t(r * 3)] == 2.f && v[std::size_t(r * 3 + 1)] == 7.f + float(r) && v[std::size_t(r * 3 + 2)] == 2.f,
+               "row " + std::to_string(r) + " after the column copy");
 };
 
 // ---- devices ------------------------------------------------------------------------------------
@@ -313,6 +353,46 @@ BAD_ENV("devices", "copy_ between devices needs no stream of the wrong device", 
     const auto b = zeros<float>({5}, {.device = Device{1}});
     b.copy_(a);
     expect(b.to_vector() == std::vector<float>(5, 4.f), "peer copy");
+};
+BAD_ENV("devices", "copy_ on a stream of another device", Expect::invalid_argument, "the stream belongs to device 0",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto a = full<float>({5}, 4.f, {.device = Device{0}});
+    const auto b = zeros<float>({5}, {.device = Device{1}});
+    b.copy_(a, Stream::create({}, Device{0}));
+};
+// Every device's default stream is the null handle: a read on device 0's must still wait for a write
+// on device 1's (gated, so a read that does not wait sees the old value).
+BAD_ENV("devices", "to() onto device 0 waits for a write on device 1's default stream", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed, .device = Device{1}});
+    const auto x = full<float>({4}, -1.f, {.device = Device{1}}), y = full<float>({4}, 3.f, {.device = Device{1}});
+    rt::device_synchronize();
+    {
+        DeviceGuard g(Device{1});
+        launch(wait_for_gate, 1, 1, 0, nullptr, gate.data());
+        (x = y * 2).run();  // device 1's default stream, behind the gate
+    }
+    std::thread opener = open_gate_later(gate);
+    const auto on0 = x.to({.device = Device{0}});  // current device 0: its default stream
+    const auto v = on0.to_vector();
+    opener.join();
+    expect(v == std::vector<float>(4, 6.f), "to() read " + std::to_string(v[0]) + " before the write on device 1");
+};
+BAD_ENV("devices", "item() of a device-1 tensor from device 0 reads after its write", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed, .device = Device{1}});
+    const auto x = full<float>({1}, -1.f, {.device = Device{1}}), y = full<float>({1}, 3.f, {.device = Device{1}});
+    rt::device_synchronize();
+    const Stream s = Stream::create({}, Device{1});
+    {
+        DeviceGuard g(Device{1});
+        launch(wait_for_gate, 1, 1, 0, s, gate.data());
+    }
+    (x = y * 2).run(s);
+    std::thread opener = open_gate_later(gate);
+    const float v = x.item();  // current device 0
+    opener.join();
+    expect(v == 6.f, "item() read " + std::to_string(v) + " before the write on device 1's stream");
 };
 
 // ---- allocator ------------------------------------------------------------------------------------
@@ -434,7 +514,7 @@ BAD_ENV("environment", "TESSEL_SIM_MEMORY=1MiB is honoured", Expect::out_of_memo
 ALLOC_CASE("max_split_size_mb:-1", "max_split_size_mb='-1' is not an integer between 20 and");
 ALLOC_CASE("max_split_size_mb:5", "max_split_size_mb='5'");
 ALLOC_CASE("max_split_size_mb:99999999999999999999", "max_split_size_mb='99999999999999999999'");
-ALLOC_CASE("max_split_size_mb:17592186044416", "max_split_size_mb='17592186044416'");
+ALLOC_CASE("max_split_size_mb:8796093022208", "max_split_size_mb='8796093022208' is not an integer between 20 and 8796093022207");
 ALLOC_CASE("max_split_size_mb:", "max_split_size_mb=''");
 ALLOC_CASE("backend:gpu", "backend must be native or async, not 'gpu'");
 ALLOC_CASE("garbage", "'garbage' is not key:value");

@@ -89,6 +89,10 @@ public:
         if (const cudaError_t e = rt::api::cudaFreeAsync(p, l.stream); e != cudaSuccess) {
             std::exception_ptr error = error_of(e, "cudaFreeAsync(p, stream)");  // also clears the last error
             if (!first) first = error;
+            // Only a stream that is not live (destroyed under the tensor) means the free was not
+            // queued; other codes may be earlier asynchronous errors reported here, with the free
+            // queued all the same: freeing again would free twice.
+            if (e != cudaErrorInvalidResourceHandle) std::rethrow_exception(first);
             detail::synchronize_for_free(device_);
             if (const cudaError_t e2 = rt::api::cudaFreeAsync(p, nullptr); e2 != cudaSuccess) {
                 (void)rt::api::cudaGetLastError();

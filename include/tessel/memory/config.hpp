@@ -41,9 +41,9 @@ inline AllocatorConfig AllocatorConfig::parse(const std::string& text) {
         const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
         if (key == "max_split_size_mb") {
             // At least one 20 MiB large-pool segment (smaller limits would forbid splitting altogether),
-            // at most what a size_t can hold in bytes.
+            // at most what the int64 statistics can hold in bytes.
             c.max_split_size = std::size_t(env::parse_integer("TESSEL_ALLOC_CONF max_split_size_mb", value, 20,
-                                                              std::numeric_limits<std::size_t>::max() >> 20)) << 20;
+                                                              std::numeric_limits<std::int64_t>::max() >> 20)) << 20;
         } else if (key == "backend") {
             if (value == "native") c.backend = Backend::native;
             else if (value == "async" || value == "cudaMallocAsync") c.backend = Backend::async;

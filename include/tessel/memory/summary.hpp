@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "device_allocator.hpp"
 
@@ -76,32 +77,35 @@ inline std::vector<SegmentInfo> DeviceCachingAllocator::snapshot() {
     return out;
 }
 
-// A text table of an allocator's statistics, like torch.cuda.memory_summary().
+// A text table of an allocator's statistics, like torch.cuda.memory_summary(). Every line, rules
+// included, is kSummaryWidth characters while each cell fits its 14 columns (sizes up to 9999 TiB,
+// counts below 10^14); a wider value widens its own line only.
+inline constexpr std::size_t kSummaryWidth = 97;
+
 inline std::string memory_summary(int device, const DeviceStats& s) {
+    // "| text ... |" at the table's width (text longer than the box widens only its own line).
+    auto boxed = [](const std::string& text) {
+        std::string l = "|  " + text;
+        if (l.size() + 1 < kSummaryWidth) l.append(kSummaryWidth - 1 - l.size(), ' ');
+        return l + "|\n";
+    };
+    auto cells = [](const char* name, const std::string& a, const std::string& b, const std::string& c, const std::string& d) {
+        char line[256];
+        std::snprintf(line, sizeof line, "| %-26s| %14s | %14s | %14s | %14s |\n", name, a.c_str(), b.c_str(), c.c_str(), d.c_str());
+        return std::string(line);
+    };
+    const std::string rule = std::string(kSummaryWidth, '=') + "\n", thin = std::string(kSummaryWidth, '-') + "\n";
     std::ostringstream os;
-    char line[160];
-    const std::string rule(91, '=');
-    os << rule << "\n";
-    std::snprintf(line, sizeof line, "|  tessel memory summary, device %-3d %54s|\n", device, "");
-    os << line;
-    std::snprintf(line, sizeof line, "|  alloc retries: %-8lld  OOMs: %-8lld  device allocs: %-8lld  device frees: %-8lld     |\n",
-                  (long long)s.num_alloc_retries, (long long)s.num_ooms, (long long)s.num_device_alloc,
-                  (long long)s.num_device_free);
-    os << line << rule << "\n";
-    std::snprintf(line, sizeof line, "| %-26s| %14s | %14s | %14s | %14s |\n", "metric", "current", "peak", "total alloc'd",
-                  "total freed");
-    os << line << rule << "\n";
+    os << rule << boxed("tessel memory summary, device " + std::to_string(device))
+       << boxed("alloc retries: " + std::to_string(s.num_alloc_retries) + "   OOMs: " + std::to_string(s.num_ooms) +
+                "   device allocs: " + std::to_string(s.num_device_alloc) + "   device frees: " + std::to_string(s.num_device_free))
+       << rule << cells("metric", "current", "peak", "total alloc'd", "total freed") << rule;
+    bool first = true;
     auto rows = [&](const char* name, const StatArray& a, bool bytes) {
-        const char* pools[] = {"", "  from small pool", "  from large pool"};
-        for (int p = 0; p < 3; ++p) {
-            const Stat& st = a[std::size_t(p)];
-            auto f = [&](std::int64_t v) { return bytes ? format_bytes(v) : std::to_string(v); };
-            std::snprintf(line, sizeof line, "| %-26s| %14s | %14s | %14s | %14s |\n",
-                          p == 0 ? name : pools[p], f(st.current).c_str(), f(st.peak).c_str(), f(st.allocated).c_str(),
-                          f(st.freed).c_str());
-            os << line;
-        }
-        os << std::string(91, '-') << "\n";
+        if (!std::exchange(first, false)) os << thin;
+        const char* pools[] = {name, "  from small pool", "  from large pool"};
+        auto f = [&](std::int64_t v) { return bytes ? format_bytes(v) : std::to_string(v); };
+        for (std::size_t p = 0; p < 3; ++p) os << cells(pools[p], f(a[p].current), f(a[p].peak), f(a[p].allocated), f(a[p].freed));
     };
     rows("allocated memory", s.allocated_bytes, true);
     rows("active memory", s.active_bytes, true);
@@ -112,7 +116,7 @@ inline std::string memory_summary(int device, const DeviceStats& s) {
     rows("active allocs", s.active, false);
     rows("reserved segments", s.segment, false);
     rows("non-releasable allocs", s.inactive_split, false);
-    os << rule << "\n";
+    os << rule;
     return os.str();
 }
 

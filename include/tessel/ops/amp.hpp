@@ -55,7 +55,7 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
         launch(kernels::unscale_and_check<T, amp_tensors_per_launch, chunk>, GridDim(blocks, site), dim3(256), 0, stream, list,
                inv_scale, found_nonfinite);
     }
-    for (const Tensor<T>& t : tensors) t.storage()->note_write(stream);
+    for (const Tensor<T>& t : tensors) t.storage()->note_write(stream, device);
 }
 
 // How a DynamicLossScaler's scale evolves (GradScaler's defaults).

@@ -241,7 +241,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     };
     if (small) go(std::uint32_t{});
     else go(std::uint64_t{});
-    out_.storage()->note_write(stream);
+    out_.storage()->note_write(stream, out_.device());
 }
 
 }  // namespace tessel::ops

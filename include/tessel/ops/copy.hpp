@@ -31,29 +31,53 @@ void with_element_word(const char* what, std::size_t element_size, F&& f) {
     }
 }
 
+// The view's dims with neighbours it walks as one merged and size-1 dims dropped (row-major order
+// kept); at least one dim.
+struct MergedDims {
+    Shape shape, strides;
+};
+inline MergedDims merge_dims(const Layout& layout) {
+    MergedDims m;
+    for (int d = 0; d < layout.rank(); ++d) {
+        if (layout.shape[d] == 1) continue;
+        const int last = m.shape.size() - 1;
+        if (last >= 0 && m.strides[last] == layout.strides[d] * layout.shape[d]) {
+            m.shape[last] *= layout.shape[d];
+            m.strides[last] = layout.strides[d];
+        } else {
+            m.shape.push_back(layout.shape[d]);
+            m.strides.push_back(layout.strides[d]);
+        }
+    }
+    if (m.shape.empty()) {
+        m.shape.push_back(1);
+        m.strides.push_back(1);
+    }
+    return m;
+}
+
+// The gather/scatter kernels' description of merged dims m, and their grid for n elements.
+template <class I>
+kernels::GatherStrided<I> strided_params(const MergedDims& m) {
+    kernels::GatherStrided<I> g{m.shape.size(), {}, {}};
+    for (int d = 0; d < m.shape.size(); ++d) {
+        g.shape[d] = I(m.shape[d]);
+        g.in_stride[d] = m.strides[d];
+    }
+    return g;
+}
+inline unsigned strided_blocks(std::int64_t n, Device device) {
+    return unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
+}
+
 // Copies the elements of the view `layout` (offset ignored; `first` is its first element) in row-major
 // order into contiguous `dst`, queued on `stream` of `device`.
 inline void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
                                  Device device) {
     const std::int64_t n = layout.numel();
     if (n == 0) return;
-    // Merge neighbours the input walks as one, dropping size-1 dims; the output is contiguous.
-    Shape shape, in;
-    for (int d = 0; d < layout.rank(); ++d) {
-        if (layout.shape[d] == 1) continue;
-        const int last = shape.size() - 1;
-        if (last >= 0 && in[last] == layout.strides[d] * layout.shape[d]) {
-            shape[last] *= layout.shape[d];
-            in[last] = layout.strides[d];
-        } else {
-            shape.push_back(layout.shape[d]);
-            in.push_back(layout.strides[d]);
-        }
-    }
-    if (shape.empty()) {
-        shape.push_back(1);
-        in.push_back(1);
-    }
+    const MergedDims m = merge_dims(layout);  // the output is contiguous
+    const Shape &shape = m.shape, &in = m.strides;
     const int r = shape.size();
     Shape out = shape;
     out[r - 1] = 1;
@@ -72,13 +96,7 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
         if (r == 1 && in[0] == 1) {
             rt::memcpy_async(dst, first, std::size_t(n) * element_size, stream);
         } else if (in[j] == 1 || i < 0) {
-            kernels::GatherStrided<I> g{r, {}, {}};
-            for (int d = 0; d < r; ++d) {
-                g.shape[d] = I(shape[d]);
-                g.in_stride[d] = in[d];
-            }
-            const auto blocks = unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
-            launch(kernels::gather_strided<E, I>, blocks, dim3(256), 0, stream, src, to, g, I(n));
+            launch(kernels::gather_strided<E, I>, strided_blocks(n, device), dim3(256), 0, stream, src, to, strided_params<I>(m), I(n));
         } else {
             kernels::PermuteTiles<I> p{I(shape[i]), I(shape[j]), in[j], out[i], 0, 1, {}, {}, {}};
             for (int d = 0; d < r; ++d) {
@@ -108,38 +126,17 @@ inline void scatter_from_contiguous(const void* src, void* dst_first, const Layo
                                     rt::stream_t stream, Device device) {
     const std::int64_t n = layout.numel();
     if (n == 0) return;
-    // Merge neighbours the view walks as one (row-major), dropping size-1 dims.
-    Shape shape, strides;
-    for (int d = 0; d < layout.rank(); ++d) {
-        if (layout.shape[d] == 1) continue;
-        const int last = shape.size() - 1;
-        if (last >= 0 && strides[last] == layout.strides[d] * layout.shape[d]) {
-            shape[last] *= layout.shape[d];
-            strides[last] = layout.strides[d];
-        } else {
-            shape.push_back(layout.shape[d]);
-            strides.push_back(layout.strides[d]);
-        }
-    }
-    if (shape.empty()) {
-        shape.push_back(1);
-        strides.push_back(1);
-    }
+    const MergedDims m = merge_dims(layout);
     DeviceGuard guard(device);
     const auto extent = layout.extent();
     const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest - extent->lowest < std::numeric_limits<std::int32_t>::max();
     auto run = [&]<class E, class I>(E, I) {
-        if (shape.size() == 1 && strides[0] == 1) {
+        if (m.shape.size() == 1 && m.strides[0] == 1) {
             rt::memcpy_async(dst_first, src, std::size_t(n) * element_size, stream);
             return;
         }
-        kernels::GatherStrided<I> g{shape.size(), {}, {}};
-        for (int d = 0; d < shape.size(); ++d) {
-            g.shape[d] = I(shape[d]);
-            g.in_stride[d] = strides[d];
-        }
-        const auto blocks = unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
-        launch(kernels::scatter_strided<E, I>, blocks, dim3(256), 0, stream, static_cast<const E*>(src), static_cast<E*>(dst_first), g, I(n));
+        launch(kernels::scatter_strided<E, I>, strided_blocks(n, device), dim3(256), 0, stream, static_cast<const E*>(src),
+               static_cast<E*>(dst_first), strided_params<I>(m), I(n));
     };
     with_element_word("scatter_from_contiguous", element_size, [&]<class E>(E e) {
         if (small) run(e, std::uint32_t{});

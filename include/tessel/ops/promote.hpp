@@ -127,15 +127,7 @@ __host__ __device__ inline To cast(From v) {
     if constexpr (std::is_same_v<To, From>) return v;
     else if constexpr (is_reduced_float<From>) return cast<To>(float(v));
     else if constexpr (std::is_same_v<To, bool>) return v != From(0);
-    else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
-        if (!(v == v)) return To(0);
-        // The range's ends as From: the largest From below 2^63 for int64 (a converted max would round up).
-        constexpr From lo = From(std::numeric_limits<To>::lowest());
-        constexpr From hi = sizeof(To) == 8 ? From(std::numeric_limits<To>::max() / 2 + 1) * From(2) : From(std::numeric_limits<To>::max());
-        if (v <= lo) return std::numeric_limits<To>::lowest();
-        if (v >= hi) return std::numeric_limits<To>::max();
-        return static_cast<To>(v);
-    }
+    else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) return tessel::detail::float_to_int_saturating<To>(v);
     else if constexpr (std::is_same_v<To, __nv_fp8_e4m3> || std::is_same_v<To, __nv_fp8_e5m2>) return To(float(v));
     else if constexpr (is_reduced_float<To>) return To(float(v));
     else return static_cast<To>(v);

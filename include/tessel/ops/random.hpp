@@ -41,7 +41,7 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
     const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(max_blocks(device, 32))));
     const rt::stream_t s = stream ? *stream : current_stream(device).handle();
     launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, s, t.data(), n, seed, offset, a, b);
-    t.storage()->note_write(s);
+    t.storage()->note_write(s, device);
 }
 }  // namespace ops::detail
 

@@ -70,8 +70,10 @@ void require_sortable(const char* name, const Tensor<T>& x) {
 // x with `axis` moved last, as a contiguous tensor (rows of the last dim).
 template <Element T>
 Tensor<T> rows_of(const Tensor<T>& x, int axis, rt::stream_t stream) {
-    const int a = axis < 0 ? axis + x.dim() : axis;
-    require(x.dim() == 0 || (a >= 0 && a < x.dim()), "axis ", axis, " out of range for shape ", x.shape().to_string());
+    // A scalar has the axes 0 and -1, as in PyTorch (and tessel's transpose and squeeze).
+    const int rank = std::max(x.dim(), 1);
+    const int a = axis < 0 ? axis + rank : axis;
+    require(a >= 0 && a < rank, "axis ", axis, " out of range for shape ", x.shape().to_string());
     const TensorOptions on{.device = x.device(), .stream = stream, .non_blocking = true};
     if (x.dim() == 0) return x.reshape({1}, stream).to(on);
     return a == x.dim() - 1 ? x.to(on) : x.transpose(a, x.dim() - 1).to(on);

@@ -88,6 +88,19 @@ T largest_finite() {
     else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) return T(57344.0f);
     else return std::numeric_limits<T>::max();
 }
+
+// Floating to integer as the GPU's conversion instructions do it (cvt.rzi.sat): truncation toward
+// zero, saturation at To's range, 0 for NaN. Shared by convert() on the host and ops::cast in kernels.
+template <class To, class From>
+__host__ __device__ inline To float_to_int_saturating(From v) {
+    if (!(v == v)) return To(0);
+    // The range's ends as From: the largest From below 2^63 for int64 (a converted max would round up).
+    constexpr From lo = From(std::numeric_limits<To>::lowest());
+    constexpr From hi = sizeof(To) == 8 ? From(std::numeric_limits<To>::max() / 2 + 1) * From(2) : From(std::numeric_limits<To>::max());
+    if (v <= lo) return std::numeric_limits<To>::lowest();
+    if (v >= hi) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+}
 }  // namespace detail
 
 // Value conversions on the host, with the device's semantics (tessel::ops::cast): the reduced types
@@ -98,15 +111,7 @@ To convert(From v) {
     if constexpr (std::is_same_v<To, From>) return v;
     else if constexpr (dtype_traits<From>::is_floating && !std::is_arithmetic_v<From>) return convert<To>(float(v));
     else if constexpr (std::is_same_v<To, bool>) return v != From(0);
-    else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
-        if (!(v == v)) return To(0);
-        // The range's ends as From: for int64 the largest From below 2^63 (a converted max rounds up).
-        constexpr From lo = From(std::numeric_limits<To>::lowest());
-        constexpr From hi = sizeof(To) == 8 ? From(std::numeric_limits<To>::max() / 2 + 1) * From(2) : From(std::numeric_limits<To>::max());
-        if (v <= lo) return std::numeric_limits<To>::lowest();
-        if (v >= hi) return std::numeric_limits<To>::max();
-        return static_cast<To>(v);
-    }
+    else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) return detail::float_to_int_saturating<To>(v);
     else if constexpr (!std::is_arithmetic_v<To>) return To(float(v));
     else return static_cast<To>(v);
 }

@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -60,7 +62,7 @@ public:
                 DeviceGuard g(device);
                 void* p = memory::allocate(bytes, stream);
                 auto s = std::make_shared<Storage>(p, bytes, space, device, [](void* q) { memory::deallocate(q); });
-                s->note_write(stream);
+                s->note_write(stream, device);
                 return s;
             }
             case MemorySpace::pinned:
@@ -73,7 +75,7 @@ public:
                 DeviceGuard g(device);
                 auto s = std::make_shared<Storage>(bytes ? rt::malloc_managed(bytes) : nullptr, bytes, space, device,
                                                    [](void* q) { rt::free_device(q); });
-                s->note_write(stream);
+                s->note_write(stream, device);
                 return s;
             }
             case MemorySpace::host: {
@@ -116,11 +118,29 @@ public:
     Device device() const { return device_; }
     bool on_device() const { return space_ == MemorySpace::device; }
 
-    // The stream tessel last queued a write of this memory on (its allocation stream at first):
-    // readers on other streams (item(), to_vector(), copies) are ordered after it. Work the caller
-    // queues itself (a raw launch on t.data()) is the caller's to order, as in CUDA.
-    rt::stream_t last_write_stream() const { return last_write_.load(std::memory_order_acquire); }
-    void note_write(rt::stream_t stream) { last_write_.store(stream, std::memory_order_release); }
+    // Where tessel last queued a write of this memory (its allocation stream at first): the stream
+    // and that stream's device. Readers on other streams or on the host (item(), to_vector(),
+    // copies) are ordered after it. Work the caller queues itself (a raw launch on t.data()) is the
+    // caller's to order, as in CUDA.
+    struct LastWrite {
+        rt::stream_t stream = nullptr;
+        Device device{};
+        bool queued = false;  // no write queued yet: nothing to wait for
+        std::uint64_t count = 0;  // writes noted so far
+    };
+    LastWrite last_write() const {
+        std::lock_guard lk(write_m_);
+        return last_write_;
+    }
+    void note_write(rt::stream_t stream, Device device) {
+        std::lock_guard lk(write_m_);
+        last_write_ = {stream, device, true, last_write_.count + 1};
+    }
+    // Forgets write number `count` once it is known to have landed, unless a newer one was noted since.
+    void landed(std::uint64_t count) const {
+        std::lock_guard lk(write_m_);
+        if (last_write_.count == count) last_write_.queued = false;
+    }
 
 private:
     void* data_;
@@ -128,17 +148,29 @@ private:
     MemorySpace space_;
     Device device_;
     Deleter deleter_;
-    std::atomic<rt::stream_t> last_write_{nullptr};
+    mutable std::mutex write_m_;
+    mutable LastWrite last_write_;
 };
 
 namespace detail {
-// Makes work queued on `stream` after this call wait for the last write tessel queued on `s` (on
-// another stream of the same device): one event recorded there and waited for here, no host wait.
-// The event is one per device and host thread, reused: a wait takes the event's state at the call.
-inline void order_after_last_write(const Storage& s, rt::stream_t stream) {
-    if (s.space() != MemorySpace::device && s.space() != MemorySpace::managed) return;
-    const rt::stream_t writer = s.last_write_stream();
-    if (writer == stream) return;
+// Returns once the last write tessel queued on `s` has landed (host reads of pinned memory).
+inline void host_wait_for_last_write(const Storage& s) {
+    const Storage::LastWrite w = s.last_write();
+    if (!w.queued) return;
+    DeviceGuard g(w.device);
+    rt::stream_synchronize(w.stream);
+    s.landed(w.count);
+}
+
+// Makes work queued on `stream` of `device` after this call wait for the last write tessel queued on
+// `s` (on another stream, or another device's): one event recorded on the writer's stream and waited
+// for on this one, no host wait. The default stream is nullptr on every device, so streams are told
+// apart by handle and device. The event is one per device and host thread, reused: a wait takes the
+// event's state at the call. Host memory (pinned) written by a queued copy is waited for on the host.
+inline void order_after_last_write(const Storage& s, rt::stream_t stream, Device device) {
+    const Storage::LastWrite w = s.last_write();
+    if (!w.queued || (w.stream == stream && w.device == device)) return;
+    if (is_plain_host(s.space())) return host_wait_for_last_write(s);  // read by the host or a copy
     struct Events {  // destroyed with the thread, so no event outlives its thread's use
         std::vector<rt::event_t> per_device;
         ~Events() {
@@ -147,11 +179,14 @@ inline void order_after_last_write(const Storage& s, rt::stream_t stream) {
         }
     };
     static thread_local Events events;
-    const auto d = std::size_t(s.device().index);
+    const auto d = std::size_t(w.device.index);
     if (events.per_device.size() <= d) events.per_device.resize(d + 1, nullptr);
-    DeviceGuard g(s.device());
-    if (!events.per_device[d]) events.per_device[d] = rt::event_create(false);
-    rt::event_record(events.per_device[d], writer);
+    {
+        DeviceGuard g(w.device);  // an event is recorded on its own device's stream
+        if (!events.per_device[d]) events.per_device[d] = rt::event_create(false);
+        rt::event_record(events.per_device[d], w.stream);
+    }
+    DeviceGuard g(device);  // a null `stream` is this device's default stream
     rt::stream_wait_event(stream, events.per_device[d]);
 }
 }  // namespace detail

@@ -176,11 +176,16 @@ public:
     // The single value of a one-element tensor (copied to the host if needed).
     T item() const {
         require(numel() == 1, "item() needs exactly one element, the tensor has ", numel(), " (shape ", shape().to_string(), ")");
-        if (is_plain_host(space())) return *data();
+        if (is_plain_host(space())) {
+            detail::host_wait_for_last_write(*storage_);  // a copy into pinned memory may be in flight
+            return *data();
+        }
         T v;
-        // Read on the current stream, after the last write tessel queued (on whichever stream).
+        // Read on the current stream of the tensor's device, after the last write tessel queued
+        // (on whichever stream).
+        DeviceGuard g(device());
         const rt::stream_t s = current_stream(device()).handle();
-        detail::order_after_last_write(*storage_, s);
+        detail::order_after_last_write(*storage_, s, device());
         rt::memcpy_async(&v, data(), sizeof(T), s);
         rt::stream_synchronize(s);
         return v;
@@ -244,8 +249,12 @@ template <Element T>
 Tensor<T> zeros(const Shape& shape, TensorOptions o = {}) {
     Tensor<T> t = empty<T>(shape, o);
     const std::size_t bytes = std::size_t(t.numel()) * sizeof(T);
-    if (!is_plain_host(t.space())) rt::memset_async(t.data(), 0, bytes, o.resolved_stream());
-    else if (bytes) std::memset(t.data(), 0, bytes);
+    if (!is_plain_host(t.space())) {
+        DeviceGuard g(t.device());  // a null stream is the tensor's device's default stream
+        rt::memset_async(t.data(), 0, bytes, o.resolved_stream());
+    } else if (bytes) {
+        std::memset(t.data(), 0, bytes);
+    }
     return t;
 }
 
@@ -258,6 +267,7 @@ Tensor<T> from_host(std::span<const T> values, const Shape& shape, TensorOptions
     Tensor<T> t = empty<T>(shape, o);
     if (n == 0) return t;
     if (!is_plain_host(t.space())) {
+        DeviceGuard g(t.device());  // a null stream is the tensor's device's default stream
         rt::memcpy_async(t.data(), values.data(), values.size_bytes(), o.resolved_stream());  // pageable: returns after reading
     } else {
         std::memcpy(t.data(), values.data(), values.size_bytes());
@@ -369,6 +379,21 @@ inline bool record_use(const Storage& s, rt::stream_t stream, Device device) {
 using DeviceGatherFn = void (*)(const void*, const Layout&, void*, std::size_t, rt::stream_t, Device);
 inline std::atomic<DeviceGatherFn> device_gather{nullptr};
 
+// Calls f(i, offset) for the i-th element of the view `l` in row-major order and its offset in the storage.
+template <class F>
+void for_each_offset(const Layout& l, F&& f) {
+    std::array<std::int64_t, max_rank> idx{};
+    for (std::int64_t i = 0, n = l.numel(); i < n; ++i) {
+        std::int64_t at = l.offset;
+        for (int d = 0; d < l.rank(); ++d) at += idx[std::size_t(d)] * l.strides[d];
+        f(i, at);
+        for (int d = l.rank() - 1; d >= 0; --d) {
+            if (++idx[std::size_t(d)] < l.shape[d]) break;
+            idx[std::size_t(d)] = 0;
+        }
+    }
+}
+
 // Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst`.
 // Contiguous sources are one copy; strided device views on the stream's device are gathered by the
 // device_gather kernel when it is registered; others are gathered on the host from a copy of the
@@ -411,17 +436,7 @@ void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, r
     }
     detail::HostArray<T> gathered(dst_host ? 0 : static_cast<std::size_t>(n));
     T* out = dst_host ? dst_data : gathered.data();
-    const Layout& l = src.layout();
-    std::array<std::int64_t, max_rank> idx{};
-    for (std::int64_t i = 0; i < n; ++i) {
-        std::int64_t at = l.offset;
-        for (int d = 0; d < l.rank(); ++d) at += idx[std::size_t(d)] * l.strides[d];
-        out[i] = base[at];
-        for (int d = l.rank() - 1; d >= 0; --d) {
-            if (++idx[std::size_t(d)] < l.shape[d]) break;
-            idx[std::size_t(d)] = 0;
-        }
-    }
+    for_each_offset(src.layout(), [&](std::int64_t i, std::int64_t at) { out[i] = base[at]; });
     if (!dst_host) {
         rt::memcpy_async(dst_data, gathered.data(), gathered.n * sizeof(T), stream);
         rt::stream_synchronize(stream);
@@ -435,9 +450,12 @@ Tensor<T> Tensor<T>::to(TensorOptions o) const {
     if (!o.device) o.device = device();
     Tensor<T> out = empty<T>(shape(), o);
     const rt::stream_t stream = o.resolved_stream();
-    detail::order_after_last_write(*storage_, stream);
+    // A null stream is the default stream of the current device: make that o.device's.
+    std::optional<DeviceGuard> guard;
+    if (!is_plain_host(space()) || !is_plain_host(o.space)) guard.emplace(*o.device);
+    detail::order_after_last_write(*storage_, stream, *o.device);
     detail::copy_to_contiguous(*this, out.data(), *out.storage(), stream, *o.device, o.non_blocking);
-    out.storage()->note_write(stream);
+    if (o.non_blocking || !is_plain_host(o.space)) out.storage()->note_write(stream, *o.device);  // may be in flight
     return out;
 }
 
@@ -469,6 +487,12 @@ inline bool distinct_elements(const Layout& l) {
 // device_gather; without it strided device destinations of copy_ go through the host.
 using DeviceScatterFn = void (*)(const void*, void*, const Layout&, std::size_t, rt::stream_t, Device);
 inline std::atomic<DeviceScatterFn> device_scatter{nullptr};
+
+// Writes contiguous `in` in row-major order into the view `l` of host memory `base`.
+template <class T>
+void scatter_on_host(const T* in, T* base, const Layout& l) {
+    for_each_offset(l, [&](std::int64_t i, std::int64_t at) { base[at] = in[i]; });
+}
 }  // namespace detail
 
 template <Element T>
@@ -489,21 +513,33 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
             ") overlap in memory; copy from a clone() of the source");
     // The stream belongs to the device side (the destination's when both are on devices).
     const bool dst_host = is_plain_host(space()), src_host = is_plain_host(src.space());
-    const Device device = !dst_host ? this->device() : !src_host ? src.device() : current_device();
+    if (dst_host && src_host) {  // host to host: after any copy still landing in either
+        detail::host_wait_for_last_write(*src.storage());
+        detail::host_wait_for_last_write(*storage_);
+        if (is_contiguous()) detail::copy_to_contiguous(src, data(), *storage_, nullptr, Device{}, false);
+        else detail::scatter_on_host(src.contiguous().data(), static_cast<T*>(storage_->data()), layout_);
+        return *this;
+    }
+    const Device device = !dst_host ? this->device() : src.device();
+    if (stream_opt && *stream_opt)
+        require(rt::stream_device(*stream_opt) == device.index, "copy_: the stream belongs to device ", rt::stream_device(*stream_opt),
+                " but the copy runs on device ", device.index, " (the destination's device, or the source's for a host destination)");
+    DeviceGuard guard(device);  // a null stream is this device's default stream
     const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
-    detail::order_after_last_write(*src.storage(), stream);
-    detail::order_after_last_write(*storage_, stream);  // earlier writes to the destination land first
+    detail::order_after_last_write(*src.storage(), stream, device);
+    detail::order_after_last_write(*storage_, stream, device);  // earlier writes to the destination land first
     if (is_contiguous()) {
         detail::copy_to_contiguous(src, data(), *storage_, stream, device, /*non_blocking=*/true);
-    } else if (const detail::DeviceScatterFn scatter = detail::device_scatter.load();
-               scatter && !dst_host && !src_host && src.device() == device) {
-        // Gather the source into contiguous device memory (a no-op view when it already is), then scatter.
-        const Tensor<T> packed = src.is_contiguous() ? src : src.to(TensorOptions{.space = MemorySpace::device, .device = device,
-                                                                                   .stream = stream, .non_blocking = true});
+    } else if (const detail::DeviceScatterFn scatter = detail::device_scatter.load(); scatter && !dst_host) {
+        // The source made contiguous on this device (a no-op view when it already is), then scattered:
+        // only the view's elements are written.
+        const bool packed_already = src.is_contiguous() && !src_host && src.device() == device;
+        const Tensor<T> packed = packed_already ? src : src.to(TensorOptions{.space = MemorySpace::device, .device = device,
+                                                                              .stream = stream, .non_blocking = true});
         const bool keep_async = detail::record_use(*packed.storage(), stream, device) && detail::record_use(*storage_, stream, device);
         scatter(packed.data(), data(), layout_, sizeof(T), stream, device);
         if (!keep_async) rt::stream_synchronize(stream);
-    } else {  // through the host: gather the source, then write each destination element
+    } else {  // through the host (a host destination, or no scatter kernel registered in this program)
         const Tensor<T> h = src.to(TensorOptions{.space = MemorySpace::host, .device = device, .stream = stream});
         const auto extent = *layout_.extent();
         T* base = static_cast<T*>(storage_->data());
@@ -513,23 +549,13 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
             rt::memcpy_async(span_copy.data(), base + extent.lowest, span_copy.n * sizeof(T), stream);
             rt::stream_synchronize(stream);
         }
-        std::array<std::int64_t, max_rank> idx{};
-        const T* in = h.data();
-        for (std::int64_t i = 0, n = numel(); i < n; ++i) {
-            std::int64_t at = layout_.offset;
-            for (int d = 0; d < dim(); ++d) at += idx[std::size_t(d)] * layout_.strides[d];
-            window[at] = in[i];
-            for (int d = dim() - 1; d >= 0; --d) {
-                if (++idx[std::size_t(d)] < layout_.shape[d]) break;
-                idx[std::size_t(d)] = 0;
-            }
-        }
+        detail::scatter_on_host(h.data(), window, layout_);
         if (!dst_host) {
             rt::memcpy_async(base + extent.lowest, span_copy.data(), span_copy.n * sizeof(T), stream);
             rt::stream_synchronize(stream);
         }
     }
-    storage_->note_write(stream);
+    storage_->note_write(stream, device);
     return *this;
 }
 

@@ -62,18 +62,22 @@ struct GatherStrided {
     int rank;
     I shape[max_rank];
     std::int64_t in_stride[max_rank];
+
+    // Where the o-th element in row-major order lies in the strided tensor.
+    __device__ std::int64_t offset(I o) const {
+        std::int64_t at = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+            at += std::int64_t(o % shape[d]) * in_stride[d];
+            o /= shape[d];
+        }
+        return at;
+    }
 };
 
 template <class E, class I>
 __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
     for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
-        std::int64_t at = 0;
-        I rest = o;
-        for (int d = g.rank - 1; d >= 0; --d) {
-            at += std::int64_t(rest % g.shape[d]) * g.in_stride[d];
-            rest /= g.shape[d];
-        }
-        out[o] = in[at];
+        out[o] = in[g.offset(o)];
     }
 }
 
@@ -82,13 +86,7 @@ __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, Ga
 template <class E, class I>
 __global__ void scatter_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
     for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
-        std::int64_t at = 0;
-        I rest = o;
-        for (int d = g.rank - 1; d >= 0; --d) {
-            at += std::int64_t(rest % g.shape[d]) * g.in_stride[d];
-            rest /= g.shape[d];
-        }
-        out[at] = in[o];
+        out[g.offset(o)] = in[o];
     }
 }
 
