@@ -32,6 +32,10 @@ std::thread open_gate_later(const Tensor<I32>& gate) {
         std::atomic_ref<I32>(*p).store(1);
     });
 }
+void synchronize_device(Device d) {
+    DeviceGuard g(d);
+    rt::device_synchronize();
+}
 rt::stream_t bogus_stream() { return reinterpret_cast<rt::stream_t>(std::uintptr_t(0xdead0)); }
 // A stream that existed and was destroyed (handles are not reused while it is not recreated).
 rt::stream_t destroyed_stream() {
@@ -366,7 +370,7 @@ BAD_ENV("devices", "to() onto device 0 waits for a write on device 1's default s
         {{"TESSEL_SIM_DEVICES", "2"}}) {
     const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed, .device = Device{1}});
     const auto x = full<float>({4}, -1.f, {.device = Device{1}}), y = full<float>({4}, 3.f, {.device = Device{1}});
-    rt::device_synchronize();
+    synchronize_device(Device{1});  // the fills above ran on device 1's default stream
     {
         DeviceGuard g(Device{1});
         launch(wait_for_gate, 1, 1, 0, nullptr, gate.data());
@@ -382,7 +386,9 @@ BAD_ENV("devices", "item() of a device-1 tensor from device 0 reads after its wr
         {{"TESSEL_SIM_DEVICES", "2"}}) {
     const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed, .device = Device{1}});
     const auto x = full<float>({1}, -1.f, {.device = Device{1}}), y = full<float>({1}, 3.f, {.device = Device{1}});
-    rt::device_synchronize();
+    // The fills ran on device 1's default stream; `s` is non-blocking and its kernel reads y, so
+    // (as in CUDA) they must have landed first. Found by TSan's slower schedule: x read NaN.
+    synchronize_device(Device{1});
     const Stream s = Stream::create({}, Device{1});
     {
         DeviceGuard g(Device{1});
