@@ -7,6 +7,7 @@
 #include "harness.hpp"
 
 #include <tessel/memory/allocator.hpp>
+#include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/memory/host_allocator.hpp>
 
 #include <random>

@@ -14,6 +14,7 @@
 
 #include <tessel/lib/cublas.hpp>
 #include <tessel/memory/allocator.hpp>
+#include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/memory/host_allocator.hpp>
 #include <tessel/stream/stream.hpp>
 

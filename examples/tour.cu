@@ -3,6 +3,7 @@
 // allocator's figures, on the GPU (tessel::cuda) or on the CPU simulation (tessel::sim), where the
 // times are CPU times. Every result is checked against a host computation ("0 mismatches").
 #include <tessel/tessel.hpp>
+#include <tessel/ops/sort.hpp>
 #include <tessel/kernels/tiled_matmul.cuh>
 
 #include <cmath>

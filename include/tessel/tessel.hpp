@@ -21,7 +21,9 @@
 #include "ops/quantize.hpp" // int8 quantize / dequantize, per tensor or per channel
 #include "ops/amp.hpp"      // unscale_and_check, DynamicLossScaler
 #include "ops/random.hpp"   // Philox4x32-10 uniform and normal fills
-#include "ops/sort.hpp"     // sort, argsort, cumsum, cumprod, unique (CUB on CUDA)
+// Not included here: ops/sort.hpp (sort, argsort, cumsum, cumprod, unique), which brings CUB and
+// Thrust and would triple what an nvcc file including tessel.hpp costs (docs/compile-time.md);
+// #include <tessel/ops/sort.hpp> where they are used.
 #endif
 
 namespace tessel {

@@ -4,6 +4,7 @@
 // fail half-way (the block is neither lost nor miscounted), AddressSanitizer poisoning in stream
 // order, and (in its own ctest entry) OOM at the sim's capacity with recovery.
 #include <tessel/memory/allocator.hpp>
+#include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/runtime/launch.hpp>
 
 #include <algorithm>

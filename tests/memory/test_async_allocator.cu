@@ -2,6 +2,7 @@
 // TESSEL_ALLOC_CONF=backend:async (and TESSEL_SIM_MEMORY=64MiB on the sim). The failure tests at the
 // end use an AsyncDeviceAllocator of their own and run in the main entry.
 #include <tessel/memory/allocator.hpp>
+#include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/runtime/launch.hpp>
 #include <tessel/tensor/tensor.hpp>
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <tessel/tessel.hpp>
+#include <tessel/ops/sort.hpp>
 
 #include "harness.hpp"
 

@@ -9,6 +9,7 @@
 // negative control: the same allocations written in bounds, plus the orders in which a freed
 // block's own work still runs after the host frees it, must draw no report.
 #include <tessel/memory/allocator.hpp>
+#include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/memory/host_allocator.hpp>
 #include <tessel/runtime/launch.hpp>
 #include <tessel/tensor/tensor.hpp>

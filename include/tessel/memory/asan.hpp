@@ -32,6 +32,8 @@
 #if defined(TESSEL_ASAN_ACTIVE) && defined(TESSEL_BACKEND_SIM) && !defined(TESSEL_NO_ALLOCATOR_POISONING)
 #define TESSEL_ASAN_POISONING 1
 #include <sanitizer/asan_interface.h>
+
+#include "../sim/runtime_state.hpp"  // the shadow queue orders its changes on the sim's streams
 #endif
 
 namespace tessel::memory::asan {

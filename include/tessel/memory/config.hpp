@@ -3,13 +3,18 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <limits>
-#include <sstream>
 #include <string>
+
+#include "../core/linkage.hpp"
+
+#if TESSEL_DEFINE_RUNTIME
+#include <cstdlib>
+#include <sstream>
 
 #include "../core/env.hpp"
 #include "../core/error.hpp"
+#endif
 
 namespace tessel::memory {
 
@@ -30,7 +35,8 @@ struct AllocatorConfig {
     static const AllocatorConfig& from_env();
 };
 
-inline AllocatorConfig AllocatorConfig::parse(const std::string& text) {
+#if TESSEL_DEFINE_RUNTIME
+TESSEL_API AllocatorConfig AllocatorConfig::parse(const std::string& text) {
     AllocatorConfig c;
     std::istringstream in(text);
     std::string item;
@@ -55,12 +61,13 @@ inline AllocatorConfig AllocatorConfig::parse(const std::string& text) {
     return c;
 }
 
-inline const AllocatorConfig& AllocatorConfig::from_env() {
+TESSEL_API const AllocatorConfig& AllocatorConfig::from_env() {
     static const AllocatorConfig c = [] {
         const char* v = std::getenv("TESSEL_ALLOC_CONF");
         return v ? parse(v) : AllocatorConfig{};
     }();
     return c;
 }
+#endif  // TESSEL_DEFINE_RUNTIME
 
 }  // namespace tessel::memory

@@ -25,6 +25,7 @@
 #include "asan.hpp"
 #include "block.hpp"
 #include "config.hpp"
+#include "snapshot.hpp"
 #include "stats.hpp"
 
 namespace tessel::memory {
@@ -44,21 +45,6 @@ inline std::size_t segment_size(std::size_t rounded) {
     if (rounded < kMinLargeAlloc) return kLargeBuffer;
     return kRoundLarge * ((rounded + kRoundLarge - 1) / kRoundLarge);
 }
-
-// One block of a snapshot (snapshot()): where it is and what state it is in.
-struct BlockInfo {
-    std::size_t size = 0, requested = 0;
-    bool allocated = false, active = false;  // active: allocated, or waiting for other streams
-};
-// One segment (one cudaMalloc) of a snapshot, with its blocks in address order.
-struct SegmentInfo {
-    int device = 0;
-    std::uintptr_t address = 0;
-    std::size_t total_size = 0, allocated_size = 0, active_size = 0;
-    rt::stream_t stream = nullptr;
-    bool small_pool = false;
-    std::vector<BlockInfo> blocks;
-};
 
 // The allocator of one device. Thread-safe.
 class DeviceCachingAllocator {

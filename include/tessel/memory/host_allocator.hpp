@@ -19,18 +19,11 @@
 
 #include "../runtime/device.hpp"
 #include "asan.hpp"
+#include "allocator.hpp"
 #include "block.hpp"
 #include "stats.hpp"
 
 namespace tessel::memory {
-
-// Statistics of the pinned host cache.
-struct HostStats {
-    Stat allocation;       // blocks handed out
-    Stat allocated_bytes;  // their (rounded) bytes
-    Stat reserved_bytes;   // bytes of pinned memory held, in use or cached
-    std::int64_t num_host_alloc = 0, num_host_free = 0;
-};
 
 // The process's pinned-memory cache. Thread-safe.
 class HostCachingAllocator {
@@ -266,30 +259,19 @@ private:
     HostStats stats_;
 };
 
-// Pinned host memory from the cache.
-inline void* allocate_host(std::size_t bytes) { return HostCachingAllocator::instance().allocate(bytes); }
-inline void deallocate_host(void* p) { HostCachingAllocator::instance().deallocate(p); }
-// Declares that work on `stream` (of `device`, by default the current one) uses the pinned block `p`
-// (its reuse then waits for that work).
-// The stream and its device are checked here, not when the block is freed.
-inline void record_host_use(void* p, rt::stream_t stream, std::optional<Device> device = std::nullopt) {
-    const Device d = device ? *device : current_device();
-    require(d.index >= 0 && d.index < device_count(), "record_host_use: device ", d.index, " does not exist (",
-            device_count(), " device(s) visible)");
-    int actual = 0;
-    {
-        DeviceGuard g(d);  // the default stream handle means this device's default stream
-        actual = rt::stream_device(stream);
-    }
-    require(actual == d.index, "record_host_use: stream ", static_cast<const void*>(stream), " belongs to device ", actual,
-            ", not to device ", d.index, " as stated");
-    HostCachingAllocator::instance().record_use(p, stream, d.index);
+// The definitions of memory/allocator.hpp's pinned-memory functions, compiled once per program
+// where the runtime is compiled separately (core/linkage.hpp).
+#if TESSEL_DEFINE_RUNTIME
+TESSEL_API void* allocate_host(std::size_t bytes) { return HostCachingAllocator::instance().allocate(bytes); }
+TESSEL_API void deallocate_host(void* p) { HostCachingAllocator::instance().deallocate(p); }
+TESSEL_API void record_host_use(void* p, rt::stream_t stream, std::optional<Device> device) {
+    const int d = tessel::detail::checked_stream_device("record_host_use", stream, device);
+    HostCachingAllocator::instance().record_use(p, stream, d);
 }
-inline bool owns_host(const void* p) { return HostCachingAllocator::instance().owns(p); }
-inline HostStats host_stats() { return HostCachingAllocator::instance().stats(); }
-inline void empty_host_cache() { HostCachingAllocator::instance().empty_cache(); }
-// What is wrong with the pinned cache's bookkeeping, one sentence per violation; empty when
-// consistent. For tests and fuzzers: it walks every block under the cache's lock.
-inline std::vector<std::string> check_host_invariants() { return HostCachingAllocator::instance().check_invariants(); }
+TESSEL_API bool owns_host(const void* p) { return HostCachingAllocator::instance().owns(p); }
+TESSEL_API HostStats host_stats() { return HostCachingAllocator::instance().stats(); }
+TESSEL_API void empty_host_cache() { HostCachingAllocator::instance().empty_cache(); }
+TESSEL_API std::vector<std::string> check_host_invariants() { return HostCachingAllocator::instance().check_invariants(); }
+#endif  // TESSEL_DEFINE_RUNTIME
 
 }  // namespace tessel::memory

@@ -67,6 +67,14 @@ struct DeviceStats {
     }
 };
 
+// Statistics of the pinned host cache.
+struct HostStats {
+    Stat allocation;       // blocks handed out
+    Stat allocated_bytes;  // their (rounded) bytes
+    Stat reserved_bytes;   // bytes of pinned memory held, in use or cached
+    std::int64_t num_host_alloc = 0, num_host_free = 0;
+};
+
 // The peaks of open MemoryScopes; the owning allocator calls these under its own lock.
 struct ScopePeaks {
     std::vector<std::int64_t*> open_peaks;  // usually empty

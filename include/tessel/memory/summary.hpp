@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "allocator.hpp"
 #include "device_allocator.hpp"
 
 namespace tessel::memory {
@@ -82,7 +83,8 @@ inline std::vector<SegmentInfo> DeviceCachingAllocator::snapshot() {
 // counts below 10^14); a wider value widens its own line only.
 inline constexpr std::size_t kSummaryWidth = 97;
 
-inline std::string memory_summary(int device, const DeviceStats& s) {
+#if TESSEL_DEFINE_RUNTIME
+TESSEL_API std::string memory_summary(int device, const DeviceStats& s) {
     // "| text ... |" at the table's width (text longer than the box widens only its own line).
     auto boxed = [](const std::string& text) {
         std::string l = "|  " + text;
@@ -119,5 +121,6 @@ inline std::string memory_summary(int device, const DeviceStats& s) {
     os << rule;
     return os.str();
 }
+#endif  // TESSEL_DEFINE_RUNTIME
 
 }  // namespace tessel::memory

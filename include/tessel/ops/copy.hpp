@@ -1,24 +1,48 @@
 // Strided device views into contiguous device memory on the device: Tensor::contiguous(), clone()
 // and to() of any permuted, sliced or broadcast view of device or managed memory run one kernel
 // (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host; full() and ones()
-// of device memory fill it with a kernel (kernels/tessel/kernels/elementwise.cuh). Including this
-// header in any CUDA (or sim) translation unit of a program switches those Tensor paths over, also
-// for host-compiled callers; without it they stay correct through the host.
+// of device memory fill it with a kernel (kernels/tessel/kernels/elementwise.cuh). The runtime
+// source (core/linkage.hpp) compiles and registers these kernels once per program, also for
+// host-compiled callers; in a header-only build, any CUDA (or sim) translation unit including this
+// header does. Without them those paths stay correct through the host.
 #pragma once
 
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+
+#include "../core/linkage.hpp"
+#include "../tensor/tensor.hpp"
+
+#if TESSEL_DEFINE_RUNTIME
+#include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include <tessel/kernels/elementwise.cuh>
 #include <tessel/kernels/permute.cuh>
 
 #include "../runtime/launch.hpp"
-#include "../tensor/tensor.hpp"
-#include "assign.hpp"
+#include "assign.hpp"  // detail::max_blocks, detail::aligned
+#endif
 
 namespace tessel::ops {
 
+// Copies the elements of the view `layout` (offset ignored; `first` is its first element) in row-major
+// order into contiguous `dst`, queued on `stream` of `device`.
+TESSEL_API void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
+                                     Device device);
+// Writes contiguous `src` into the strided view `layout` whose first element is `dst_first` (the view's
+// elements distinct), queued on `stream` of `device`.
+TESSEL_API void scatter_from_contiguous(const void* src, void* dst_first, const Layout& layout, std::size_t element_size,
+                                        rt::stream_t stream, Device device);
+// Sets the n elements of element_size bytes at data to `bits` (its low element_size bytes), queued
+// on `stream` of `device`.
+TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device);
+
+// The definitions are compiled once per program where the runtime is compiled separately
+// (core/linkage.hpp): instantiating the kernels for every element width and index type in each
+// file that includes this header cost ~5 s of compile time per file.
+#if TESSEL_DEFINE_RUNTIME
 // Calls f(E{}) with E the unsigned integer as wide as an element: the kernels below move bits only.
 template <class F>
 void with_element_word(const char* what, std::size_t element_size, F&& f) {
@@ -70,10 +94,8 @@ inline unsigned strided_blocks(std::int64_t n, Device device) {
     return unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
 }
 
-// Copies the elements of the view `layout` (offset ignored; `first` is its first element) in row-major
-// order into contiguous `dst`, queued on `stream` of `device`.
-inline void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
-                                 Device device) {
+TESSEL_API void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
+                                     Device device) {
     const std::int64_t n = layout.numel();
     if (n == 0) return;
     const MergedDims m = merge_dims(layout);  // the output is contiguous
@@ -120,10 +142,8 @@ inline void gather_to_contiguous(const void* first, const Layout& layout, void* 
     with_element_word("gather_to_contiguous", element_size, by_index);
 }
 
-// Writes contiguous `src` into the strided view `layout` whose first element is `dst_first` (the view's
-// elements distinct), queued on `stream` of `device`.
-inline void scatter_from_contiguous(const void* src, void* dst_first, const Layout& layout, std::size_t element_size,
-                                    rt::stream_t stream, Device device) {
+TESSEL_API void scatter_from_contiguous(const void* src, void* dst_first, const Layout& layout, std::size_t element_size,
+                                        rt::stream_t stream, Device device) {
     const std::int64_t n = layout.numel();
     if (n == 0) return;
     const MergedDims m = merge_dims(layout);
@@ -144,9 +164,7 @@ inline void scatter_from_contiguous(const void* src, void* dst_first, const Layo
     });
 }
 
-// Sets the n elements of element_size bytes at data to `bits` (its low element_size bytes), queued
-// on `stream` of `device`.
-inline void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device) {
+TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device) {
     if (n == 0) return;
     DeviceGuard guard(device);
     const auto blocks = [&](std::size_t work) {
@@ -171,5 +189,6 @@ inline const bool device_gather_registered = [] {
     tessel::detail::device_fill.store(&fill_device);
     return true;
 }();
+#endif  // TESSEL_DEFINE_RUNTIME
 
 }  // namespace tessel::ops

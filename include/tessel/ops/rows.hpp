@@ -13,6 +13,8 @@
 
 #include <tessel/kernels/rows.cuh>
 
+#include "../runtime/launch.hpp"
+#include "assign.hpp"  // detail::aligned, max_blocks, device_attribute
 #include "copy.hpp"
 #include "reducers.hpp"
 

@@ -16,7 +16,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,11 +130,28 @@ inline std::exception_ptr as_fault(const BlockSync& sync, const SimThread& t) {
     }
 }
 
+// The schedule-shaking generator (SplitMix64), a UniformRandomBitGenerator for std::shuffle: it keeps
+// <random> (a quarter of a second of every translation unit's compile time) out of the sim's headers.
+struct ScheduleRng {
+    using result_type = std::uint64_t;
+    std::uint64_t state = 0;
+    explicit ScheduleRng(std::uint64_t seed = 0) : state(seed) {}
+    void seed(std::uint64_t s) { state = s; }
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return ~result_type(0); }
+    result_type operator()() {
+        std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+};
+
 inline std::vector<unsigned> thread_order(unsigned n, std::uint64_t seed) {
     std::vector<unsigned> order(n);
     for (unsigned i = 0; i < n; ++i) order[i] = i;
     if (seed) {
-        std::mt19937_64 rng(seed);
+        ScheduleRng rng(seed);
         std::shuffle(order.begin(), order.end(), rng);
     }
     return order;
@@ -365,7 +381,7 @@ private:
     boost::context::detail::fcontext_t worker_ctx_ = nullptr;
     SimThread* finished_ = nullptr;
     std::exception_ptr fault_;
-    std::mt19937_64 rng_;
+    detail::ScheduleRng rng_;
     std::uint64_t seed_ = 0;
     bool plain_ = true;
     unsigned plain_pos_ = 0;

@@ -11,6 +11,19 @@
 #include <unordered_map>
 #include <vector>
 
+namespace tessel::sim::api {
+// The stream-ordered allocator calls, with the CUDA runtime's signatures and error codes.
+TESSEL_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+TESSEL_API cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s);
+TESSEL_API cudaError_t cudaFreeAsync(void* p, cudaStream_t s);
+TESSEL_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, std::size_t keep);
+TESSEL_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+TESSEL_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+}  // namespace tessel::sim::api
+
+#if TESSEL_DEFINE_RUNTIME
+#include "runtime_state.hpp"
+
 struct CUmemPoolHandle_st {
     // A freed block and the point of its stream that must be reached before another stream reuses it.
     struct Freed {
@@ -46,13 +59,13 @@ inline std::shared_ptr<CUstream_st> owner_of(CUstream_st* st) {
 }
 }  // namespace detail
 
-inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+TESSEL_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
     if (device < 0 || device >= int(detail::rt().devices.size())) return detail::fail(cudaErrorInvalidDevice, "no such device");
     *pool = detail::default_pool(device);
     return detail::ok();
 }
 
-inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) {
+TESSEL_API cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) {
     *p = nullptr;
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     if (n == 0) return detail::ok();
@@ -85,7 +98,7 @@ inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) {
     return detail::ok();
 }
 
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+TESSEL_API cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     if (!p) return detail::ok();
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
@@ -102,7 +115,7 @@ inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
 }
 
 // Releases freed blocks whose frees have completed until at most `keep` bytes stay reserved.
-inline cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, std::size_t keep) {
+TESSEL_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, std::size_t keep) {
     std::vector<void*> release;
     {
         std::lock_guard lk(pool->m);
@@ -121,7 +134,7 @@ inline cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, std::size_t keep) {
     return detail::ok();
 }
 
-inline cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+TESSEL_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
     std::lock_guard lk(pool->m);
     auto* v = static_cast<std::uint64_t*>(value);
     switch (attr) {
@@ -135,7 +148,7 @@ inline cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr a
     return detail::ok();
 }
 
-inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+TESSEL_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
     std::lock_guard lk(pool->m);
     const std::uint64_t v = *static_cast<const std::uint64_t*>(value);
     switch (attr) {
@@ -148,3 +161,4 @@ inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr a
 }
 
 }  // namespace tessel::sim::api
+#endif  // TESSEL_DEFINE_RUNTIME

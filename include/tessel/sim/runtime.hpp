@@ -4,178 +4,93 @@
 // the block executors.
 #pragma once
 
-#include "qualifiers.hpp"
 #include <cuda_runtime_api.h>  // declarations and types only: the sim never links the CUDA runtime
-#include <dlfcn.h>
-#include <cxxabi.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
-#include <mutex>
-#include <sstream>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
-#include "config.hpp"
-#include "grid.hpp"
-#include "stream.hpp"
+#include "../core/linkage.hpp"
+#include "block_exec.hpp"  // LaunchSpec
+#include "qualifiers.hpp"
+
+namespace tessel::sim::api {
+
+// The CUDA runtime calls the sim provides, with the CUDA runtime's signatures and error codes.
+TESSEL_API const char* cudaGetErrorName(cudaError_t e);
+TESSEL_API const char* cudaGetErrorString(cudaError_t e);
+TESSEL_API cudaError_t cudaGetLastError();
+TESSEL_API cudaError_t cudaPeekAtLastError();
+// The sim's explanation of the last error it returned on this thread (empty when it has none).
+TESSEL_API const std::string& last_error_detail();
+TESSEL_API cudaError_t cudaGetDeviceCount(int* n);
+TESSEL_API cudaError_t cudaSetDevice(int d);
+TESSEL_API cudaError_t cudaGetDevice(int* d);
+TESSEL_API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
+TESSEL_API cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d);
+TESSEL_API cudaError_t cudaRuntimeGetVersion(int* v);
+TESSEL_API cudaError_t cudaDriverGetVersion(int* v);
+TESSEL_API cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total);
+TESSEL_API cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
+TESSEL_API cudaError_t cudaDeviceSynchronize();
+TESSEL_API cudaError_t cudaMalloc(void** p, std::size_t n);
+TESSEL_API cudaError_t cudaMallocManaged(void** p, std::size_t n, unsigned flags = cudaMemAttachGlobal);
+TESSEL_API cudaError_t cudaMemPrefetchAsync(const void* p, std::size_t n, cudaMemLocation to, unsigned, cudaStream_t s = nullptr);
+TESSEL_API cudaError_t cudaMemAdvise(const void* p, std::size_t n, cudaMemoryAdvise, cudaMemLocation);
+TESSEL_API cudaError_t cudaFree(void* p);
+TESSEL_API cudaError_t cudaMallocHost(void** p, std::size_t n);
+TESSEL_API cudaError_t cudaHostAlloc(void** p, std::size_t n, unsigned);
+TESSEL_API cudaError_t cudaFreeHost(void* p);
+TESSEL_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
+TESSEL_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t s = nullptr);
+TESSEL_API cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind);
+TESSEL_API cudaError_t cudaMemsetAsync(void* p, int value, std::size_t n, cudaStream_t s = nullptr);
+TESSEL_API cudaError_t cudaMemset(void* p, int value, std::size_t n);
+TESSEL_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority);
+TESSEL_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+TESSEL_API cudaError_t cudaStreamCreate(cudaStream_t* s);
+TESSEL_API cudaError_t cudaStreamDestroy(cudaStream_t s);
+TESSEL_API cudaError_t cudaStreamSynchronize(cudaStream_t s);
+TESSEL_API cudaError_t cudaStreamQuery(cudaStream_t s);
+TESSEL_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device);
+TESSEL_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio);
+TESSEL_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+TESSEL_API cudaError_t cudaEventCreate(cudaEvent_t* e);
+TESSEL_API cudaError_t cudaEventDestroy(cudaEvent_t e);
+TESSEL_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+TESSEL_API cudaError_t cudaEventQuery(cudaEvent_t e);
+TESSEL_API cudaError_t cudaEventSynchronize(cudaEvent_t e);
+TESSEL_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+TESSEL_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0);
+TESSEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
+TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s, std::shared_ptr<LaunchSpec> call, dim3 cluster = dim3(1, 1, 1));
+}  // namespace tessel::sim::api
 
 namespace tessel::sim {
+// How many kernels this process has launched on the sim so far (all devices and streams): lets a
+// test observe that an operation is one launch.
+TESSEL_API std::uint64_t launch_count();
+// Of those, the launches in thread-block clusters of two or more blocks.
+TESSEL_API std::uint64_t cluster_launch_count();
+}  // namespace tessel::sim
 
-// A live allocation of simulated device memory or pinned host memory.
-struct Allocation {
-    std::size_t size = 0;
-    int device = -1;       // -1: pinned host memory
-    bool managed = false;  // cudaMallocManaged: counted on its device, addressable everywhere
-};
+#if TESSEL_DEFINE_RUNTIME
+#include "runtime_state.hpp"
 
-// One simulated device: its properties, the memory in use, its default stream and its streams.
-struct SimDevice {
-    cudaDeviceProp prop{};
-    std::size_t capacity = 0, used = 0;
-    std::shared_ptr<CUstream_st> null_stream;
-    std::vector<std::shared_ptr<CUstream_st>> blocking_streams;  // synchronise with the legacy default stream
-};
-
-inline std::string hex_ptr(const void* p) {
-    std::ostringstream os;
-    os << p;
-    return os.str();
+namespace tessel::sim {
+TESSEL_API Runtime& Runtime::get() {
+    static Runtime* r = new Runtime();
+    return *r;
 }
-
-// Readable name of a kernel from its address (needs -rdynamic, which tessel::sim adds).
-inline std::string kernel_name(const void* fn) {
-    Dl_info info{};
-    if (dladdr(fn, &info) && info.dli_sname) {
-        int status = 0;
-        char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-        std::string s = status == 0 && d ? d : info.dli_sname;
-        std::free(d);
-        return s;
-    }
-    return "kernel@" + hex_ptr(fn);
-}
-
-// All state of the simulated runtime. Never destroyed: work still queued at exit stays valid.
-class Runtime {
-public:
-    static Runtime& get() {
-        static Runtime* r = new Runtime();
-        return *r;
-    }
-
-    std::mutex m;
-    std::vector<SimDevice> devices;
-    std::map<std::uintptr_t, Allocation> allocations;  // by start address
-    std::unordered_map<const CUstream_st*, std::shared_ptr<CUstream_st>> streams;
-    std::unordered_map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
-    std::atomic<std::uint64_t> launches{0};                 // kernels accepted by launch_kernel, all devices
-    std::atomic<std::uint64_t> cluster_launches{0};         // of which launched in clusters of 2 or more blocks
-
-    // The allocation containing [p, p+n), or nullptr. Caller holds m.
-    const Allocation* find(const void* p, std::size_t n) const {
-        const auto a = reinterpret_cast<std::uintptr_t>(p);
-        auto it = allocations.upper_bound(a);
-        if (it == allocations.begin()) return nullptr;
-        --it;
-        if (a + n > it->first + it->second.size || (n == 0 && a >= it->first + it->second.size)) return nullptr;
-        return &it->second;
-    }
-
-private:
-    Runtime() {
-        const Config& c = config();
-        devices.resize(std::size_t(c.devices));
-        for (int i = 0; i < c.devices; ++i) {
-            SimDevice& d = devices[std::size_t(i)];
-            d.capacity = c.memory_bytes;
-            fill_properties(d.prop, i, c);
-            d.null_stream = std::make_shared<CUstream_st>(i, cudaStreamDefault, 0, true);
-        }
-    }
-
-    static void fill_properties(cudaDeviceProp& p, int index, const Config& c) {
-        std::snprintf(p.name, sizeof p.name, "tessel sim device %d (CPU, %d workers)", index, c.workers);
-        p.totalGlobalMem = c.memory_bytes;
-        p.sharedMemPerBlock = 48 * 1024;
-        p.sharedMemPerBlockOptin = 227 * 1024;
-        p.sharedMemPerMultiprocessor = 228 * 1024;
-        p.reservedSharedMemPerBlock = 1024;
-        p.regsPerBlock = 65536;
-        p.regsPerMultiprocessor = 65536;
-        p.warpSize = 32;
-        p.maxThreadsPerBlock = 1024;
-        p.maxThreadsDim[0] = 1024;
-        p.maxThreadsDim[1] = 1024;
-        p.maxThreadsDim[2] = 64;
-        p.maxGridSize[0] = 0x7fffffff;
-        p.maxGridSize[1] = 65535;
-        p.maxGridSize[2] = 65535;
-        p.totalConstMem = 64 * 1024;
-        p.major = 9;
-        p.minor = 0;
-        p.multiProcessorCount = c.workers;
-        p.maxThreadsPerMultiProcessor = 2048;
-        p.maxBlocksPerMultiProcessor = 32;
-        const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-        p.l2CacheSize = l2 > 0 ? int(l2) : 1 << 20;
-        p.memoryBusWidth = 64;  // nominal: one DDR channel
-        p.concurrentKernels = 1;
-        p.asyncEngineCount = 1;
-        p.unifiedAddressing = 1;
-        p.managedMemory = 1;
-        p.streamPrioritiesSupported = 1;
-        p.canMapHostMemory = 1;
-        p.pciBusID = index;
-        p.integrated = 1;
-    }
-};
-
 }  // namespace tessel::sim
 
 namespace tessel::sim::api {
 
 namespace detail {
-inline thread_local int current_device = 0;
-inline thread_local cudaError_t last_error = cudaSuccess;
-inline thread_local std::string last_detail;
-
-inline cudaError_t fail(cudaError_t e, std::string detail) {
-    last_error = e;
-    last_detail = std::move(detail);
-    return e;
-}
-inline cudaError_t ok() {
-    last_detail.clear();
-    return cudaSuccess;
-}
-inline Runtime& rt() { return Runtime::get(); }
-
-// The stream a handle names: nullptr / cudaStreamLegacy / cudaStreamPerThread mean the current
-// device's default stream (the sim treats per-thread default streams as the legacy one).
-inline CUstream_st* resolve(cudaStream_t s) {
-    const auto v = reinterpret_cast<std::uintptr_t>(s);
-    if (v == 0 || v == 1 || v == 2) return rt().devices[std::size_t(current_device)].null_stream.get();
-    return s;
-}
-
-inline bool valid_stream(cudaStream_t s) {
-    const auto v = reinterpret_cast<std::uintptr_t>(s);
-    if (v <= 2) return true;
-    std::lock_guard lk(rt().m);
-    return rt().streams.count(s) != 0;
-}
-
 // Queues work on a stream with the legacy default stream's implicit ordering: work on the default
 // stream waits for every blocking stream of its device, and work on a blocking stream waits for it.
-inline std::uint64_t enqueue(CUstream_st* s, std::function<void()> task) {
+TESSEL_API std::uint64_t enqueue(CUstream_st* s, std::function<void()> task) {
     // shared_ptr: a waited-for stream may be destroyed before the wait runs.
     std::vector<std::pair<std::shared_ptr<CUstream_st>, std::uint64_t>> waits;
     {
@@ -225,7 +140,7 @@ inline bool is_device_pointer(const void* p) {
 }  // namespace detail
 
 // ---- errors -------------------------------------------------------------------------------------
-inline const char* cudaGetErrorName(cudaError_t e) {
+TESSEL_API const char* cudaGetErrorName(cudaError_t e) {
     switch (e) {
         case cudaSuccess: return "cudaSuccess";
         case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
@@ -242,7 +157,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
         default: return "cudaErrorUnknown";
     }
 }
-inline const char* cudaGetErrorString(cudaError_t e) {
+TESSEL_API const char* cudaGetErrorString(cudaError_t e) {
     switch (e) {
         case cudaSuccess: return "no error";
         case cudaErrorInvalidValue: return "invalid argument";
@@ -259,21 +174,21 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         default: return "unknown error";
     }
 }
-inline cudaError_t cudaGetLastError() {
+TESSEL_API cudaError_t cudaGetLastError() {
     cudaError_t e = detail::last_error;
     detail::last_error = cudaSuccess;
     return e;
 }
-inline cudaError_t cudaPeekAtLastError() { return detail::last_error; }
+TESSEL_API cudaError_t cudaPeekAtLastError() { return detail::last_error; }
 // The sim's explanation of the last error it returned on this thread (empty when it has none).
-inline const std::string& last_error_detail() { return detail::last_detail; }
+TESSEL_API const std::string& last_error_detail() { return detail::last_detail; }
 
 // ---- devices ------------------------------------------------------------------------------------
-inline cudaError_t cudaGetDeviceCount(int* n) {
+TESSEL_API cudaError_t cudaGetDeviceCount(int* n) {
     *n = int(detail::rt().devices.size());
     return detail::ok();
 }
-inline cudaError_t cudaSetDevice(int d) {
+TESSEL_API cudaError_t cudaSetDevice(int d) {
     if (d < 0 || d >= int(detail::rt().devices.size()))
         return detail::fail(cudaErrorInvalidDevice, "device " + std::to_string(d) + " does not exist; the sim has " +
                                                         std::to_string(detail::rt().devices.size()) +
@@ -281,16 +196,16 @@ inline cudaError_t cudaSetDevice(int d) {
     detail::current_device = d;
     return detail::ok();
 }
-inline cudaError_t cudaGetDevice(int* d) {
+TESSEL_API cudaError_t cudaGetDevice(int* d) {
     *d = detail::current_device;
     return detail::ok();
 }
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+TESSEL_API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
     if (d < 0 || d >= int(detail::rt().devices.size())) return detail::fail(cudaErrorInvalidDevice, "no such device");
     *p = detail::rt().devices[std::size_t(d)].prop;
     return detail::ok();
 }
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
+TESSEL_API cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
     if (d < 0 || d >= int(detail::rt().devices.size())) return detail::fail(cudaErrorInvalidDevice, "no such device");
     const cudaDeviceProp& p = detail::rt().devices[std::size_t(d)].prop;
     switch (attr) {
@@ -309,27 +224,27 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
         default: return detail::fail(cudaErrorInvalidValue, "the sim does not model device attribute " + std::to_string(int(attr)));
     }
 }
-inline cudaError_t cudaRuntimeGetVersion(int* v) {
+TESSEL_API cudaError_t cudaRuntimeGetVersion(int* v) {
     *v = CUDART_VERSION;
     return detail::ok();
 }
-inline cudaError_t cudaDriverGetVersion(int* v) {
+TESSEL_API cudaError_t cudaDriverGetVersion(int* v) {
     *v = CUDART_VERSION;
     return detail::ok();
 }
-inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+TESSEL_API cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
     std::lock_guard lk(detail::rt().m);
     const SimDevice& d = detail::rt().devices[std::size_t(detail::current_device)];
     *total = d.capacity;
     *free_bytes = d.capacity - d.used;
     return detail::ok();
 }
-inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+TESSEL_API cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
     *least = 0;
     *greatest = -5;
     return detail::ok();
 }
-inline cudaError_t cudaDeviceSynchronize() {
+TESSEL_API cudaError_t cudaDeviceSynchronize() {
     const int dev = detail::current_device;
     std::vector<std::shared_ptr<CUstream_st>> all;
     {
@@ -345,7 +260,7 @@ inline cudaError_t cudaDeviceSynchronize() {
 }
 
 // ---- memory -------------------------------------------------------------------------------------
-inline cudaError_t cudaMalloc(void** p, std::size_t n) {
+TESSEL_API cudaError_t cudaMalloc(void** p, std::size_t n) {
     *p = nullptr;
     if (n == 0) return detail::ok();
     Runtime& r = detail::rt();
@@ -369,7 +284,7 @@ inline cudaError_t cudaMalloc(void** p, std::size_t n) {
 }
 // Unified memory: in the sim all memory is host memory, so managed memory is device memory that the
 // pointer attributes call managed; prefetch and advice are validated and ordered, then have no effect.
-inline cudaError_t cudaMallocManaged(void** p, std::size_t n, unsigned flags = cudaMemAttachGlobal) {
+TESSEL_API cudaError_t cudaMallocManaged(void** p, std::size_t n, unsigned flags) {
     if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)
         return detail::fail(cudaErrorInvalidValue, "cudaMallocManaged flags " + std::to_string(flags) + " are not cudaMemAttachGlobal or cudaMemAttachHost");
     if (auto e = ::tessel::sim::api::cudaMalloc(p, n); e != cudaSuccess) return e;
@@ -379,7 +294,7 @@ inline cudaError_t cudaMallocManaged(void** p, std::size_t n, unsigned flags = c
     }
     return detail::ok();
 }
-inline cudaError_t cudaMemPrefetchAsync(const void* p, std::size_t n, cudaMemLocation to, unsigned, cudaStream_t s = nullptr) {
+TESSEL_API cudaError_t cudaMemPrefetchAsync(const void* p, std::size_t n, cudaMemLocation to, unsigned, cudaStream_t s) {
     {
         std::lock_guard lk(detail::rt().m);
         const Allocation* a = detail::rt().find(p, n);
@@ -395,14 +310,14 @@ inline cudaError_t cudaMemPrefetchAsync(const void* p, std::size_t n, cudaMemLoc
     detail::enqueue(detail::resolve(s), [] {});
     return detail::ok();
 }
-inline cudaError_t cudaMemAdvise(const void* p, std::size_t n, cudaMemoryAdvise, cudaMemLocation) {
+TESSEL_API cudaError_t cudaMemAdvise(const void* p, std::size_t n, cudaMemoryAdvise, cudaMemLocation) {
     std::lock_guard lk(detail::rt().m);
     const Allocation* a = detail::rt().find(p, n);
     if (!a || !a->managed)
         return detail::fail(cudaErrorInvalidValue, "cudaMemAdvise: " + hex_ptr(p) + " is not inside a managed allocation");
     return detail::ok();
 }
-inline cudaError_t cudaFree(void* p) {
+TESSEL_API cudaError_t cudaFree(void* p) {
     if (!p) return detail::ok();
     // cudaFree synchronises the device, so no queued kernel still uses the memory.
     {
@@ -431,7 +346,7 @@ inline cudaError_t cudaFree(void* p) {
     std::free(p);
     return pending;
 }
-inline cudaError_t cudaMallocHost(void** p, std::size_t n) {
+TESSEL_API cudaError_t cudaMallocHost(void** p, std::size_t n) {
     *p = nullptr;
     if (n == 0) return detail::ok();
     // Page-locked memory cannot exceed physical memory (and AddressSanitizer aborts on absurd sizes).
@@ -446,8 +361,8 @@ inline cudaError_t cudaMallocHost(void** p, std::size_t n) {
     *p = mem;
     return detail::ok();
 }
-inline cudaError_t cudaHostAlloc(void** p, std::size_t n, unsigned) { return ::tessel::sim::api::cudaMallocHost(p, n); }
-inline cudaError_t cudaFreeHost(void* p) {
+TESSEL_API cudaError_t cudaHostAlloc(void** p, std::size_t n, unsigned) { return ::tessel::sim::api::cudaMallocHost(p, n); }
+TESSEL_API cudaError_t cudaFreeHost(void* p) {
     if (!p) return detail::ok();
     {
         std::lock_guard lk(detail::rt().m);
@@ -459,7 +374,7 @@ inline cudaError_t cudaFreeHost(void* p) {
     std::free(p);
     return detail::ok();
 }
-inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+TESSEL_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     *a = cudaPointerAttributes{};
     std::lock_guard lk(detail::rt().m);
     const Allocation* al = detail::rt().find(p, 1);
@@ -479,7 +394,7 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
     return detail::ok();
 }
 
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t s = nullptr) {
+TESSEL_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, cudaStream_t s) {
     if (n == 0) return detail::ok();
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -501,20 +416,20 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cu
     if ((!dst_dev && !detail::is_pinned(dst)) || (!src_dev && !detail::is_pinned(src))) st->wait_for(seq);
     return detail::ok();
 }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
+TESSEL_API cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
     if (auto e = ::tessel::sim::api::cudaMemcpyAsync(dst, src, n, kind, nullptr); e != cudaSuccess) return e;
     CUstream_st* s = detail::resolve(nullptr);
     s->wait_for(s->tail());
     return detail::report(s);
 }
-inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t n, cudaStream_t s = nullptr) {
+TESSEL_API cudaError_t cudaMemsetAsync(void* p, int value, std::size_t n, cudaStream_t s) {
     if (n == 0) return detail::ok();
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     if (auto e = detail::check_device_range(p, n, "cudaMemset destination"); e != cudaSuccess) return e;
     detail::enqueue(detail::resolve(s), [=] { std::memset(p, value, n); });
     return detail::ok();
 }
-inline cudaError_t cudaMemset(void* p, int value, std::size_t n) {
+TESSEL_API cudaError_t cudaMemset(void* p, int value, std::size_t n) {
     if (auto e = ::tessel::sim::api::cudaMemsetAsync(p, value, n, nullptr); e != cudaSuccess) return e;
     CUstream_st* s = detail::resolve(nullptr);
     s->wait_for(s->tail());
@@ -522,7 +437,7 @@ inline cudaError_t cudaMemset(void* p, int value, std::size_t n) {
 }
 
 // ---- streams ------------------------------------------------------------------------------------
-inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+TESSEL_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
     if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking)
         return detail::fail(cudaErrorInvalidValue, "stream flags " + std::to_string(flags) + " are neither cudaStreamDefault nor cudaStreamNonBlocking");
     auto stream = std::make_shared<CUstream_st>(detail::current_device, flags, std::clamp(priority, -5, 0), false);
@@ -532,9 +447,9 @@ inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags,
     *s = stream.get();
     return detail::ok();
 }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return ::tessel::sim::api::cudaStreamCreateWithPriority(s, flags, 0); }
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return ::tessel::sim::api::cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+TESSEL_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return ::tessel::sim::api::cudaStreamCreateWithPriority(s, flags, 0); }
+TESSEL_API cudaError_t cudaStreamCreate(cudaStream_t* s) { return ::tessel::sim::api::cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
+TESSEL_API cudaError_t cudaStreamDestroy(cudaStream_t s) {
     std::shared_ptr<CUstream_st> keep;
     {
         std::lock_guard lk(detail::rt().m);
@@ -549,43 +464,43 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     keep->wait_for(keep->tail());
     return detail::ok();
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+TESSEL_API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
     st->wait_for(st->tail());
     return detail::report(st);
 }
-inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+TESSEL_API cudaError_t cudaStreamQuery(cudaStream_t s) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
     if (!st->reached(st->tail())) return cudaErrorNotReady;
     return detail::report(st);
 }
-inline cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device) {
+TESSEL_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     *device = detail::resolve(s)->device;
     return detail::ok();
 }
-inline cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio) {
+TESSEL_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio) {
     *prio = detail::resolve(s)->priority;
     return detail::ok();
 }
 
 // ---- events -------------------------------------------------------------------------------------
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+TESSEL_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     *e = new CUevent_st{};
     (*e)->flags = flags;
     (*e)->device = detail::current_device;
     return detail::ok();
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return ::tessel::sim::api::cudaEventCreateWithFlags(e, cudaEventDefault); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+TESSEL_API cudaError_t cudaEventCreate(cudaEvent_t* e) { return ::tessel::sim::api::cudaEventCreateWithFlags(e, cudaEventDefault); }
+TESSEL_API cudaError_t cudaEventDestroy(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(nullptr)");
     e->wait();  // a pending record still writes the event; CUDA defers the release, the sim waits
     delete e;
     return detail::ok();
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+TESSEL_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventRecord on a null event");
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
@@ -608,18 +523,18 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     });
     return detail::ok();
 }
-inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+TESSEL_API cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventQuery on a null event");
     std::lock_guard lk(e->m);
     if (!e->stream || e->stream->reached(e->seq)) return detail::ok();
     return cudaErrorNotReady;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+TESSEL_API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize on a null event");
     e->wait();
     return detail::ok();
 }
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+TESSEL_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start || !end || !ms) return detail::fail(cudaErrorInvalidValue, "cudaEventElapsedTime with a null event or result");
     if ((start->flags & cudaEventDisableTiming) || (end->flags & cudaEventDisableTiming))
         return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
@@ -632,7 +547,7 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
     *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
     return detail::ok();
 }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+TESSEL_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on a null event");
     auto [src, seq] = e->position();
@@ -641,7 +556,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned =
 }
 
 // ---- kernels ------------------------------------------------------------------------------------
-inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+TESSEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return detail::ok();  // others have no effect in the sim
     const cudaDeviceProp& p = detail::rt().devices[std::size_t(detail::current_device)].prop;
     if (value < 0) return detail::fail(cudaErrorInvalidValue, "cudaFuncAttributeMaxDynamicSharedMemorySize " + std::to_string(value) + " is negative");
@@ -656,8 +571,8 @@ inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr
 
 // Validates a launch as the CUDA runtime would and queues it on the stream. `call` owns the
 // kernel's arguments and stays alive until the grid has run.
-inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
-                                 std::shared_ptr<LaunchSpec> call, dim3 cluster = dim3(1, 1, 1)) {
+TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
+                                 std::shared_ptr<LaunchSpec> call, dim3 cluster) {
     auto bad = [&](const std::string& why) { return detail::fail(cudaErrorInvalidConfiguration, why); };
     const cudaDeviceProp& p = detail::rt().devices[std::size_t(detail::current_device)].prop;
     auto dims = [](dim3 d) {
@@ -714,11 +629,9 @@ inline cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::s
 }  // namespace tessel::sim::api
 
 namespace tessel::sim {
-// How many kernels this process has launched on the sim so far (all devices and streams): lets a
-// test observe that an operation is one launch.
-inline std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
-// Of those, the launches in thread-block clusters of two or more blocks.
-inline std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
+TESSEL_API std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
+TESSEL_API std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
 }  // namespace tessel::sim
+#endif  // TESSEL_DEFINE_RUNTIME
 
 #include "mempool.hpp"

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "../memory/allocator.hpp"
-#include "../memory/host_allocator.hpp"
 #include "../tensor/tensor.hpp"
 #include "stream.hpp"
 

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "../memory/allocator.hpp"
-#include "../memory/host_allocator.hpp"
 #include "../runtime/device.hpp"
 
 namespace tessel {

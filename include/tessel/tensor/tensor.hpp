@@ -281,9 +281,9 @@ Tensor<T> from_host(std::initializer_list<T> values, const Shape& shape, TensorO
 
 namespace detail {
 // A kernel that sets n elements of element_size bytes to the same bits (data, n, element size, bits,
-// stream, device). Set when any translation unit of the program includes tessel/ops/copy.hpp (as
-// tessel.hpp does in CUDA and sim builds); otherwise full() of device memory is filled on the host
-// and copied.
+// stream, device). Set by tessel/ops/copy.hpp where the runtime is compiled (its runtime source, or
+// any translation unit including it in a header-only build); otherwise full() of device memory is
+// filled on the host and copied.
 using DeviceFillFn = void (*)(void*, std::size_t, std::size_t, std::uint64_t, rt::stream_t, Device);
 inline std::atomic<DeviceFillFn> device_fill{nullptr};
 }  // namespace detail
@@ -373,9 +373,8 @@ inline bool record_use(const Storage& s, rt::stream_t stream, Device device) {
 }
 
 // A kernel that gathers a strided device view into contiguous device memory (first element, layout,
-// destination, element size, stream, device). Set when any translation unit of the program includes
-// tessel/ops/copy.hpp (as tessel.hpp does in CUDA and sim builds); otherwise strided copies of device
-// memory go through the host.
+// destination, element size, stream, device). Set by tessel/ops/copy.hpp where the runtime is
+// compiled, like device_fill; otherwise strided copies of device memory go through the host.
 using DeviceGatherFn = void (*)(const void*, const Layout&, void*, std::size_t, rt::stream_t, Device);
 inline std::atomic<DeviceGatherFn> device_gather{nullptr};
 

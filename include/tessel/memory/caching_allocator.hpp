@@ -1,0 +1,208 @@
+// The process's device allocators behind memory/allocator.hpp's functions: one caching allocator
+// per device (or one stream-ordered pool per device under TESSEL_ALLOC_CONF=backend:async) and the
+// map from pointers to their blocks. Most code wants memory/allocator.hpp; this header is for
+// tests and tools that reach into one device's allocator (CachingAllocator::instance().device(d)).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator.hpp"
+#include "async_allocator.hpp"
+#include "device_allocator.hpp"
+
+namespace tessel::memory {
+
+// The largest single request the allocators consider (1 PiB).
+inline constexpr std::size_t kLargestRequest = std::size_t(1) << 50;
+
+// The process's device allocators (one per device, of the backend TESSEL_ALLOC_CONF chose) and the
+// map from pointers to their blocks.
+class CachingAllocator {
+public:
+    // Never destroyed: tensors freed during static destruction still find it.
+    static CachingAllocator& instance() {
+        static CachingAllocator* a = new CachingAllocator();
+        return *a;
+    }
+
+    void* allocate(std::size_t bytes, rt::stream_t stream) {
+        if (bytes == 0) return nullptr;
+        int dev = 0;
+        TESSEL_CUDA_CHECK(rt::api::cudaGetDevice(&dev));
+        // No device has 2^50 bytes (1 PiB); beyond that the size arithmetic (rounding, statistics) would wrap.
+        if (bytes > kLargestRequest)
+            fail<OutOfMemoryError>("out of memory on device ", dev, ": tried to allocate ", bytes,
+                                   " bytes, more than any device holds (the limit is ", kLargestRequest,
+                                   " bytes); check the size computation, or split the work into smaller tensors");
+        if (backend_ == Backend::async) {
+            void* p = async(dev).allocate(bytes, stream);
+            std::lock_guard lk(map_m_);
+            async_devices_.emplace(p, dev);
+            return p;
+        }
+        Block* b = device(dev).malloc(bytes, stream);
+        std::lock_guard lk(map_m_);
+        blocks_.emplace(b->ptr, b);
+        return b->ptr;
+    }
+
+    void deallocate(void* p) {
+        if (!p) return;
+        if (backend_ == Backend::async) {
+            async(async_device_of(p, "deallocate", true)).deallocate(p);
+            return;
+        }
+        Block* b = take(p);
+        device(b->device).free(b);
+    }
+
+    void record_stream(void* p, rt::stream_t stream, int stream_device) {
+        if (backend_ == Backend::async) {
+            async(async_device_of(p, "record_stream", false)).record_stream(p, stream, stream_device);
+            return;
+        }
+        Block* b = nullptr;
+        {
+            std::lock_guard lk(map_m_);
+            auto it = blocks_.find(p);
+            require(it != blocks_.end(), "record_stream: pointer ", p,
+                    " is not the start of a live allocation of tessel's caching allocator");
+            b = it->second;
+        }
+        device(b->device).record_stream(b, stream, stream_device);
+    }
+
+    // True if `p` is the start of a live allocation of this allocator.
+    bool owns(const void* p) {
+        std::lock_guard lk(map_m_);
+        return blocks_.count(const_cast<void*>(p)) != 0 || async_devices_.count(const_cast<void*>(p)) != 0;
+    }
+
+    // The native allocator of device d (Unsupported under the async backend).
+    DeviceCachingAllocator& device(int d) {
+        check_device(d);
+        if (backend_ != Backend::native)
+            fail<Unsupported>("this operation needs the native caching allocator; TESSEL_ALLOC_CONF selects backend:async");
+        return *devices_[std::size_t(d)];
+    }
+    AsyncDeviceAllocator& async(int d) {
+        check_device(d);
+        return *async_[std::size_t(d)];
+    }
+    int device_count() const { return count_; }
+    Backend backend() const { return backend_; }
+
+private:
+    CachingAllocator() : backend_(AllocatorConfig::from_env().backend), count_(tessel::device_count()) {
+        for (int d = 0; d < count_; ++d) {
+            if (backend_ == Backend::async) async_.push_back(std::make_unique<AsyncDeviceAllocator>(d));
+            else devices_.push_back(std::make_unique<DeviceCachingAllocator>(d));
+        }
+    }
+    void check_device(int d) const {
+        require(d >= 0 && d < count_, "device ", d, " does not exist: ", count_, " device(s) are visible");
+    }
+    int async_device_of(void* p, const char* what, bool forget) {
+        std::lock_guard lk(map_m_);
+        auto it = async_devices_.find(p);
+        require(it != async_devices_.end(), what, ": pointer ", p,
+                " is not the start of a live allocation of tessel's allocator (freed twice, or allocated elsewhere?)");
+        const int d = it->second;
+        if (forget) async_devices_.erase(it);
+        return d;
+    }
+    Block* take(void* p) {
+        std::lock_guard lk(map_m_);
+        auto it = blocks_.find(p);
+        require(it != blocks_.end(), "deallocate: pointer ", p,
+                " is not the start of a live allocation of tessel's caching allocator (freed twice, or allocated elsewhere?)");
+        Block* b = it->second;
+        blocks_.erase(it);
+        return b;
+    }
+
+    Backend backend_;
+    int count_;
+    std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
+    std::vector<std::unique_ptr<AsyncDeviceAllocator>> async_;
+    std::mutex map_m_;
+    std::unordered_map<void*, Block*> blocks_;
+    std::unordered_map<void*, int> async_devices_;
+};
+
+// The definitions of memory/allocator.hpp's functions, compiled once per program where the runtime
+// is compiled separately (core/linkage.hpp).
+#if TESSEL_DEFINE_RUNTIME
+TESSEL_API Backend backend() { return CachingAllocator::instance().backend(); }
+
+TESSEL_API void* allocate(std::size_t bytes, rt::stream_t stream) {
+    return CachingAllocator::instance().allocate(bytes, stream);
+}
+TESSEL_API void deallocate(void* p) { CachingAllocator::instance().deallocate(p); }
+TESSEL_API void record_stream(void* p, rt::stream_t stream, std::optional<Device> stream_device) {
+    const int d = tessel::detail::checked_stream_device("record_stream", stream, stream_device);
+    CachingAllocator::instance().record_stream(p, stream, d);
+}
+TESSEL_API bool owns(const void* p) { return CachingAllocator::instance().owns(p); }
+
+TESSEL_API void empty_cache() {
+    auto& a = CachingAllocator::instance();
+    for (int d = 0; d < a.device_count(); ++d) {
+        if (a.backend() == Backend::async) a.async(d).empty_cache();
+        else a.device(d).empty_cache();
+    }
+}
+
+TESSEL_API DeviceStats stats(Device d) {
+    auto& a = CachingAllocator::instance();
+    return a.backend() == Backend::async ? a.async(d.index).stats() : a.device(d.index).stats();
+}
+TESSEL_API std::int64_t allocated(Device d) { return stats(d).allocated_bytes[StatPool::all].current; }
+TESSEL_API std::int64_t max_allocated(Device d) { return stats(d).allocated_bytes[StatPool::all].peak; }
+TESSEL_API std::int64_t reserved(Device d) { return stats(d).reserved_bytes[StatPool::all].current; }
+TESSEL_API std::int64_t max_reserved(Device d) { return stats(d).reserved_bytes[StatPool::all].peak; }
+TESSEL_API void reset_peak_stats(Device d) {
+    auto& a = CachingAllocator::instance();
+    if (a.backend() == Backend::async) a.async(d.index).reset_peak_stats();
+    else a.device(d.index).reset_peak_stats();
+}
+TESSEL_API void set_memory_fraction(double fraction, Device d) {
+    CachingAllocator::instance().device(d.index).set_memory_fraction(fraction);
+}
+TESSEL_API std::vector<std::string> check_invariants(Device d) {
+    auto& a = CachingAllocator::instance();
+    if (a.backend() == Backend::async) return a.async(d.index).check_invariants();
+    return a.device(d.index).check_invariants();
+}
+TESSEL_API std::string memory_summary(Device d) { return memory_summary(d.index, stats(d)); }
+TESSEL_API std::vector<SegmentInfo> snapshot() {
+    std::vector<SegmentInfo> all;
+    auto& a = CachingAllocator::instance();
+    if (a.backend() == Backend::async) return all;
+    for (int d = 0; d < a.device_count(); ++d) {
+        auto s = a.device(d).snapshot();
+        all.insert(all.end(), s.begin(), s.end());
+    }
+    return all;
+}
+
+TESSEL_API MemoryScope::MemoryScope(Device d) : device_(d.index), async_(CachingAllocator::instance().backend() == Backend::async) {
+    auto& a = CachingAllocator::instance();
+    start_ = async_ ? a.async(device_).open_scope(&peak_) : a.device(device_).open_scope(&peak_);
+}
+TESSEL_API MemoryScope::~MemoryScope() {
+    auto& a = CachingAllocator::instance();
+    if (async_) a.async(device_).close_scope(&peak_);
+    else a.device(device_).close_scope(&peak_);
+}
+TESSEL_API std::int64_t MemoryScope::peak_bytes() const {
+    auto& a = CachingAllocator::instance();
+    return async_ ? a.async(device_).read_scope(&peak_) : a.device(device_).read_scope(&peak_);
+}
+#endif  // TESSEL_DEFINE_RUNTIME
+
+}  // namespace tessel::memory
