@@ -180,7 +180,6 @@ TESSEL_API cudaError_t cudaGetLastError() {
     return e;
 }
 TESSEL_API cudaError_t cudaPeekAtLastError() { return detail::last_error; }
-// The sim's explanation of the last error it returned on this thread (empty when it has none).
 TESSEL_API const std::string& last_error_detail() { return detail::last_detail; }
 
 // ---- devices ------------------------------------------------------------------------------------
