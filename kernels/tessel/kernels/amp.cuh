@@ -19,6 +19,7 @@ struct TensorList {
     std::int64_t first_chunk[MaxTensors + 1];
 };
 
+// budget: threads 256, registers 32, hot
 template <class T, int MaxTensors, int Chunk>
 __global__ void unscale_and_check(TensorList<T, MaxTensors> list, float inv_scale, unsigned* found_nonfinite) {
     const std::int64_t chunks = list.first_chunk[list.count];

@@ -9,6 +9,7 @@
 
 namespace tessel::kernels {
 
+// budget: threads 256, registers 32, hot
 template <class F, class Out, class... In>
 __global__ void map(std::size_t n, F f, Out* __restrict__ out, const In*... in) {
     const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
@@ -17,6 +18,7 @@ __global__ void map(std::size_t n, F f, Out* __restrict__ out, const In*... in) 
 
 // data[i] = value for i < n, where E is an unsigned integer of the element's size; V elements per
 // 16-byte store (the host checks that data is 16-byte aligned when V > 1), the tail one by one.
+// budget: threads 256, registers 32, hot
 template <int V, class E>
 __global__ void fill(E* __restrict__ data, std::size_t n, E value) {
     struct alignas(sizeof(E) * V) Vector {

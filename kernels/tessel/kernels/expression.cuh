@@ -15,6 +15,7 @@
 
 namespace tessel::kernels {
 
+// budget: threads 256, registers 40, hot
 template <int V, class Out, class E, class I>
 __global__ void evaluate_contiguous(Out* __restrict__ out, E expr, I n) {
     const I stride = I(gridDim.x) * blockDim.x;
@@ -38,6 +39,7 @@ struct StridedOutput {
     std::int64_t stride[max_rank];
 };
 
+// budget: threads 256, registers 48
 template <class Out, class E, class I>
 __global__ void evaluate_strided(StridedOutput<Out, I> out, E expr, I n) {
     const I stride = I(gridDim.x) * blockDim.x;

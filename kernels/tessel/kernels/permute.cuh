@@ -27,6 +27,7 @@ struct PermuteTiles {
     std::int64_t batch_out[max_rank];
 };
 
+// budget: threads 256, registers 48, hot
 template <class E, int Tile, int Rows, class I>
 __global__ void permute_tiles(const E* __restrict__ in, E* __restrict__ out, PermuteTiles<I> p) {
     __shared__ E tile[Tile][Tile + 1];
@@ -74,6 +75,7 @@ struct GatherStrided {
     }
 };
 
+// budget: threads 256, registers 40
 template <class E, class I>
 __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
     for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
@@ -83,6 +85,7 @@ __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, Ga
 
 // The reverse: contiguous `in` written in row-major order into the strided view `out` (g.in_stride
 // holds the view's strides). Reads are coalesced; copy_ uses it for strided device destinations.
+// budget: threads 256, registers 40
 template <class E, class I>
 __global__ void scatter_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
     for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {

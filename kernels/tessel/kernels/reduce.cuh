@@ -103,6 +103,7 @@ __device__ A warp_combine(const Op& op, A acc, int width) {
 // Threads: 32 or 256 threads per work item (blockDim.x must be 256). V: elements per vector load
 // (1, or 16 bytes' worth when the host found every row of a TensorSource contiguous, aligned and a
 // multiple of V long).
+// budget: threads 256, registers 56
 template <int Threads, int V, class Op, class Src, class I>
 __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
                        typename Op::out_t* __restrict__ out) {
@@ -149,6 +150,7 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
 // reduced elements that are not. A 256-thread block takes 32 neighbouring outputs: thread (x, y)
 // accumulates output x over elements y, y + 8, ... of the split, so each warp reads 32 neighbours
 // per step (coalesced); the 8 partial values of an output then combine in order through shared memory.
+// budget: threads 256, registers 56
 template <class Op, class Src, class I>
 __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
                                typename Op::out_t* __restrict__ out) {
@@ -179,6 +181,7 @@ __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk
 }
 
 // Finishes split reductions: output o combines its `splits` partials in order.
+// budget: threads 256, registers 48, hot
 template <class Op, class I>
 __global__ void reduce_partials(const typename Op::acc_t* __restrict__ partial, Op op, I outputs, I splits, I K,
                                 typename Op::out_t* __restrict__ out) {

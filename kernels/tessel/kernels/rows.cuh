@@ -51,6 +51,7 @@ __device__ S block_combine(const Op& op, S s, S* across_warps) {
 }
 
 // A warp per row (8 rows per 256-thread block); each lane keeps PerLane values (PerLane / V vectors).
+// budget: threads 256, registers 232, hot
 template <int PerLane, int V, class Op, class T, class I>
 __global__ void rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
     static_assert(PerLane % V == 0, "a lane holds whole vectors");
@@ -144,6 +145,7 @@ inline constexpr std::size_t rows_static_smem = 32 * sizeof(typename Op::stats_t
 // A block per row (any multiple of 32 threads up to 1024). With Cached, the launch gives cols * sizeof(T)
 // bytes of dynamic shared memory; each thread reads back only the vectors it stored itself, so the
 // cache needs no barrier of its own.
+// budget: threads 1024, registers 64
 template <int V, bool Cached, class Op, class T, class I>
 __global__ void __launch_bounds__(1024) rows_per_block(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
     using S = typename Op::stats_t;
@@ -170,6 +172,7 @@ inline constexpr std::size_t cluster_header_bytes = (33 * sizeof(typename Op::st
 // through distributed shared memory, combined in rank order by every block (so all agree), and each
 // block writes its slice: the row is read from global memory once. Grid: clusters x blocks per
 // cluster along x; everything another block reads lives in dynamic shared memory.
+// budget: threads 1024, registers 64
 template <int V, class Op, class T, class I>
 __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, I slice, Op op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900

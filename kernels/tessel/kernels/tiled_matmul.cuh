@@ -19,6 +19,7 @@ struct MatmulTile {
     static dim3 grid(int m, int n) { return dim3(unsigned((n + TileN - 1) / TileN), unsigned((m + TileM - 1) / TileM)); }
 };
 
+// budget: threads 256, registers 64, hot
 template <class T, class Acc, class Tile>
 __global__ void __launch_bounds__(Tile::threads)
 tiled_matmul(int m, int n, int k, Acc alpha, const T* __restrict__ a, int lda, const T* __restrict__ b, int ldb,

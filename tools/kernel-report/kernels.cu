@@ -1,0 +1,119 @@
+// Every kernel the library dispatches to, instantiated through the public API for the dtypes it
+// serves, so that one device-only compile (nvcc -cubin -Xptxas -v) shows each instantiation's
+// registers, spills, stack and shared memory, and its SASS. Nothing here is ever run:
+// tools/kernel-report/report.py reads what the compiler made of it (docs/kernels.md).
+// Expressions are types, so their kernels have no finite list: the ones here are the shapes the
+// benchmarks measure (a*b+c, a cast, a unary function, a row broadcast, a strided operand).
+#include <tessel/tessel.hpp>
+
+#include <tessel/ops/amp.hpp>
+#include <tessel/ops/quantize.hpp>
+#include <tessel/ops/random.hpp>
+#include <tessel/kernels/elementwise.cuh>
+#include <tessel/kernels/tiled_matmul.cuh>
+
+#include <span>
+
+namespace report {
+
+using tessel::Tensor;
+
+template <class T>
+void elementwise(Tensor<T>& d, const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c, const Tensor<T>& row) {
+    (d = a * b + c).run();
+    (d = tessel::abs(a)).run();
+    (d = a + row).run();                 // [M, N] + [N]: a row broadcast
+    (d = a.transpose(0, 1) + b).run();   // a strided operand
+    (d.transpose(0, 1) = a * b).run();   // a strided output
+    d.transpose(0, 1).copy_(a);          // a copy into a strided view
+    d = tessel::full<T>(d.shape(), T(1));
+}
+
+template <class T>
+void reductions(const Tensor<T>& x, const Tensor<T>& y) {
+    (void)tessel::sum(x);
+    (void)tessel::sum(x, {1});
+    (void)tessel::sum(x, {0});
+    (void)tessel::amax(x, {1});
+    (void)tessel::argmax(x, {1});
+    (void)tessel::mean(x, {1});
+    (void)tessel::var(x, {1});
+    (void)tessel::sum(x * y);  // a fused map-reduce
+}
+
+template <class T>
+void rows(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& b) {
+    (void)tessel::softmax(x);
+    (void)tessel::log_softmax(x);
+    (void)tessel::layer_norm(x, w, b);
+    (void)tessel::rms_norm(x, w);
+}
+
+template <class T>
+void copies(const Tensor<T>& x) {
+    (void)x.transpose(0, 1).contiguous();
+    (void)x.permute({2, 0, 1}).contiguous();
+}
+
+template <class T>
+void floats(const Tensor<T>& x, unsigned* found) {
+    const Tensor<T> list[] = {x};
+    tessel::unscale_and_check(std::span<const Tensor<T>>(list), 0.5f, found, nullptr);
+    tessel::uniform_fill(x, 1);
+    tessel::normal_fill(x, 2);
+}
+
+template <class T, class To>
+void cast(Tensor<To>& y, const Tensor<T>& x) {
+    (y = tessel::cast_to<To>(x)).run();
+}
+
+// kernels::map, the public kernel for a user's own functor.
+struct Scale {
+    __host__ __device__ float operator()(float x) const { return 2.0f * x; }
+};
+void map(std::size_t n, float* out, const float* in) {
+    tessel::launch(tessel::kernels::map<Scale, float, float>, 132, 256, 0, nullptr, n, Scale{}, out, in);
+}
+
+template <class T, class Acc>
+void matmul(int m, int n, int k, const T* a, const T* b, T* c) {
+    using Tile = tessel::kernels::MatmulTile<64, 64, 16, 4, 4>;
+    tessel::launch(tessel::kernels::tiled_matmul<T, Acc, Tile>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, Acc(1), a, k, b, n,
+                   Acc(0), c, n);
+}
+
+template <class T>
+void every_family(Tensor<T>& d, const Tensor<T>& a, unsigned* found) {
+    elementwise(d, a, a, a, a);
+    reductions(a, a);
+    copies(a);
+    if constexpr (tessel::ops::is_float_type<T>) {
+        rows(a, a, a);
+        floats(a, found);
+    }
+}
+
+// The dtypes the benchmarks and the PyTorch comparison use; int8 and double stand for the 1- and
+// 8-byte element sizes.
+void instantiate(unsigned* found) {
+    auto f32 = tessel::empty<float>({1, 1});
+    auto f16 = tessel::empty<__half>({1, 1});
+    auto bf16 = tessel::empty<__nv_bfloat16>({1, 1});
+    auto f64 = tessel::empty<double>({1, 1});
+    auto i32 = tessel::empty<std::int32_t>({1, 1});
+    auto i8 = tessel::empty<std::int8_t>({1, 1});
+    every_family(f32, f32, found);
+    every_family(f16, f16, found);
+    every_family(bf16, bf16, found);
+    every_family(f64, f64, found);
+    every_family(i32, i32, found);
+    copies(i8);
+    cast(bf16, f32);
+    cast(f32, bf16);
+    map(1, nullptr, nullptr);
+    matmul<float, float>(1, 1, 1, nullptr, nullptr, nullptr);
+    matmul<__half, float>(1, 1, 1, nullptr, nullptr, nullptr);
+}
+
+}  // namespace report

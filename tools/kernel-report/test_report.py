@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The kernel report's own test: on a constructed ptxas log, SASS listing and kernels folder, the
+budget check passes within budget and fails, naming the kernel, when each kind of budget is broken
+(registers, a spill or a stack frame in a hot kernel, narrow loads under 'wide', a kernel without a
+budget); the loop finder counts a grid-stride loop and skips out-of-line code that jumps back."""
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPORT = os.path.join(HERE, "report.py")
+# void tessel::kernels::copy4<4, float>(float*) and void tessel::kernels::other<float>(float*)
+COPY = "_ZN6tessel7kernels5copy4ILi4EfEEvPT0_"
+OTHER = "_ZN6tessel7kernels5otherIfEEvPT_"
+
+
+def ptxas(registers, stack=0, spill=0):
+    return (f"ptxas info    : Compiling entry function '{COPY}' for 'sm_90'\n"
+            f"ptxas info    : Function properties for {COPY}\n"
+            f"    {stack} bytes stack frame, {spill} bytes spill stores, {spill} bytes spill loads\n"
+            f"ptxas info    : Used {registers} registers, used 0 barriers, 128 bytes smem\n")
+
+
+def sass(load):
+    lines = [f"\t\tFunction : {COPY}",
+             "        /*0000*/                   S2R R0, SR_TID.X ;",
+             f"        /*0010*/                   {load} R4, desc[UR4][R2.64] ;",
+             "        /*0020*/                   FMUL R4, R4, 2 ;",
+             "        /*0030*/                   STG.E.128 desc[UR4][R2.64], R4 ;",
+             "        /*0040*/               @P0 BRA 0x10 ;",
+             "        /*0050*/                   EXIT ;",
+             "        /*0060*/                   SHFL.DOWN R5, R4, 0x1, 0x1f ;",  # out of line, jumps back
+             "        /*0070*/                   BRA 0x20 ;"]
+    return "\n".join(lines) + "\n"
+
+
+def run(budget_line, log, listing, extra_kernel=False):
+    with tempfile.TemporaryDirectory() as d:
+        kernels = os.path.join(d, "kernels")
+        os.mkdir(kernels)
+        source = f"// copies\n{budget_line}\ntemplate <int V, class T>\n__global__ void copy4(T* p) {{}}\n"
+        if extra_kernel:
+            source += "template <class T>\n__global__ void other(T* p) {}\n"
+            log += log.replace(COPY, OTHER)
+        open(os.path.join(kernels, "k.cuh"), "w").write(source)
+        open(os.path.join(d, "ptxas.log"), "w").write(log)
+        open(os.path.join(d, "sass.txt"), "w").write(listing)
+        r = subprocess.run([sys.executable, REPORT, "markdown", "--ptxas", os.path.join(d, "ptxas.log"), "--sass",
+                            os.path.join(d, "sass.txt"), "--kernels", kernels, "--out", os.path.join(d, "k.md")],
+                           capture_output=True, text=True)
+        md = open(os.path.join(d, "k.md")).read() if os.path.exists(os.path.join(d, "k.md")) else ""
+        return r.returncode, r.stdout + r.stderr, md
+
+
+failures = []
+
+
+def expect(what, got_rc, want_rc, output, needle=None):
+    if got_rc != want_rc or (needle and needle not in output):
+        failures.append(f"{what}: exit {got_rc} (want {want_rc}), output:\n{output}")
+
+
+wide = "LDG.E.128.CONSTANT"
+rc, out, md = run("// budget: threads 128, registers 32, hot, wide", ptxas(30), sass(wide))
+expect("within budget", rc, 0, out)
+# The loop is 0x10..0x40: 4 instructions, one 16-byte load, one 16-byte store of 4 floats.
+if "| copy4 | 4 | float | 30 | 4 | 4 | 1.0 | 0.12 | 16 | – |" not in md:
+    failures.append("hot-loop row not as computed by hand:\n" + md)
+if "| copy4 | 1 | 30–30 | 0 | 0 | 128 | 128 | 16 (64) |" not in md:
+    failures.append("occupancy row (30 registers, 128 threads: 16 blocks, 64 warps) not as computed by hand:\n" + md)
+rc, out, _ = run("// budget: threads 128, registers 32, hot", ptxas(40), sass(wide))
+expect("registers over budget", rc, 1, out, "uses 40 registers, over its budget of 32")
+rc, out, _ = run("// budget: threads 128, registers 64, hot", ptxas(40, stack=16), sass(wide))
+expect("stack frame in a hot kernel", rc, 1, out, "16-byte stack frame")
+rc, out, _ = run("// budget: threads 128, registers 64, hot", ptxas(40, spill=8), sass(wide))
+expect("spill in a hot kernel", rc, 1, out, "spills (8 bytes stored")
+rc, out, _ = run("// budget: threads 128, registers 64", ptxas(40, stack=16, spill=8), sass(wide))
+expect("stack and spill allowed when not hot", rc, 0, out)
+rc, out, _ = run("// budget: threads 128, registers 64, wide", ptxas(40), sass("LDG.E.CONSTANT"))
+expect("narrow loads under 'wide'", rc, 1, out, "loads [4] bytes at a time")
+rc, out, _ = run("// budget: threads 128, registers 64", ptxas(40), sass(wide), extra_kernel=True)
+expect("a kernel without a budget", rc, 1, out, "other: no '// budget:' line")
+rc, out, _ = run("// budget: threads 128, regs 64", ptxas(40), sass(wide))
+expect("an unreadable budget", rc, 1, out, "cannot read budget item 'regs 64'")
+
+if failures:
+    print("\n\n".join(failures))
+    sys.exit(1)
+print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, missing, unreadable), loops and occupancy: all as expected")
