@@ -74,3 +74,14 @@ TEST_CASE("tiled_matmul<__half> with float accumulation matches the reference", 
     std::uint64_t seed = 300;
     for (const Shape& s : shapes) run_case<__half, float, Tile64>(s.m, s.n, s.k, 1.0, 0.0, seed++);
 }
+
+// More row tiles than grid.y holds (65535): the grid stops at 65535 and each block walks row tiles
+// (before, m > 65535 * TileM launched a grid.y the device refuses). One-row tiles keep it small:
+// 65535 + 37 rows, so blocks 0..36 take a second tile and the last one is partial in n.
+TEST_CASE("tiled_matmul with more row tiles than grid.y holds", "[kernels][matmul][slow_under_tsan]") {
+    using TileRow = tessel::kernels::MatmulTile<1, 32, 8, 1, 1>;
+    const int m = 65535 + 37;
+    CHECK(TileRow::grid(m, 33).y == 65535u);
+    CHECK(TileRow::grid(m, 33).x == 2u);
+    run_case<float, float, TileRow>(m, 33, 5, 1.0, 0.0, 91);
+}

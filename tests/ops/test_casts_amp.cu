@@ -192,6 +192,55 @@ TEST_CASE("unscale_and_check: one fused pass over a list, inf and NaN detected",
                       Catch::Contains("tensor 0 must be a contiguous device tensor"));
 }
 
+// The vector path (16-byte aligned tensors: 4 vectors in flight per thread) and the element path
+// (views starting 1 element in), over sizes with tails that are not whole vectors and several
+// chunks; every element is checked, so one the kernel skips keeps its unscaled value and fails.
+TEMPLATE_TEST_CASE("unscale_and_check scales every element of aligned and unaligned tensors", "[ops][amp]", float, __nv_bfloat16,
+                   double) {
+    using T = TestType;
+    const std::vector<std::size_t> sizes = {1, 7, 31, 16384 - 3, 16384 + 9, 3 * 16384 + 5, 40001};
+    std::vector<Tensor<T>> bases, grads;
+    std::vector<std::vector<T>> want;
+    for (std::size_t k = 0; k < sizes.size() * 2; ++k) {
+        const std::size_t n = sizes[k / 2];
+        const std::int64_t offset = std::int64_t(k % 2);  // odd k: a view 1 element into its storage
+        const auto r = testing::random_vector<float>(n + std::size_t(offset), std::uint64_t(100 + k), -1, 1);
+        std::vector<T> scaled(r.size()), expect(n);
+        for (std::size_t i = 0; i < r.size(); ++i) scaled[i] = T(r[i] * 256.f);  // exact in every T
+        for (std::size_t i = 0; i < n; ++i) expect[i] = T(float(scaled[i + std::size_t(offset)]) / 256.f);
+        bases.push_back(from_host<T>(std::span<const T>(scaled), {std::int64_t(scaled.size())}));
+        grads.push_back(bases.back().narrow(0, offset, std::int64_t(n)));
+        want.push_back(expect);
+    }
+    unsigned* flag = static_cast<unsigned*>(memory::allocate(sizeof(unsigned)));
+    rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
+    unscale_and_check(std::span<const Tensor<T>>(grads), 1.f / 256, flag, current_stream().handle());
+    unsigned found = 7;
+    rt::memcpy(&found, flag, sizeof found);
+    CHECK(found == 0);
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+        const auto got = grads[k].contiguous().to_vector();
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) bad += float(got[i]) != float(want[k][i]);  // power-of-two scale: exact
+        INFO("tensor " << k << " of " << got.size() << " elements, offset " << k % 2);
+        CHECK(bad == 0);
+    }
+    // A NaN in the last (tail) element of an aligned tensor and in the vector body of another.
+    for (std::size_t k : {std::size_t(10), std::size_t(8)}) {
+        rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
+        const T nan = T(std::numeric_limits<float>::quiet_NaN());
+        const std::size_t at = k == 10 ? sizes[5] - 1 : 4097;
+        rt::memcpy(grads[k].data() + at, &nan, sizeof nan);
+        unscale_and_check(std::span<const Tensor<T>>(grads), 1.f, flag, current_stream().handle());
+        rt::memcpy(&found, flag, sizeof found);
+        INFO("NaN in tensor " << k << " at " << at);
+        CHECK(found == 1);
+        const T zero = T(0.f);
+        rt::memcpy(grads[k].data() + at, &zero, sizeof zero);
+    }
+    memory::deallocate(flag);
+}
+
 TEST_CASE("DynamicLossScaler follows GradScaler on a scripted sequence", "[ops][amp]") {
     DynamicLossScaler scaler({.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3});
     // true: this step's gradients overflow.

@@ -135,6 +135,7 @@ const std::vector<Case> cases = {
     {{testing::large(1000003)}, {}, false}, {{testing::large(1000004)}, {}, false},   {{33, 1031}, {1}, false},  {{33, 1032}, {1}, false},
     {{300, 40}, {-1}, false},  {{33, 1031}, {0}, false}, {{5, 31, 33}, {0, 2}, true}, {{5, 31, 33}, {1}, false},
     {{3, 4, 5, 6}, {0, 1, 2, 3}, true}, {{testing::large(100003), 7}, {0}, false}, {{2, 4001, 33}, {1}, true},
+    {{301, 4099}, {1}, false},  // 3 splits each: the second pass walks several outputs per block
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <sstream>
 
+#include <tessel/ops/random.hpp>
 #include <tessel/ops/rows.hpp>
 
 #include "../support/random_tensor.hpp"
@@ -119,6 +120,45 @@ TEST_CASE("a row over one block's shared memory is split across a cluster", "[op
     const auto before = testing::cluster_launch_count();
     compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
     if (backend == Backend::sim) CHECK(testing::cluster_launch_count() - before == 1);  // the cluster path, not the two-read one
+}
+
+// The dynamic shared memory limit above 48 KiB is raised once per device, not once per process: as
+// in CUDA, the sim keeps the attribute per (kernel, device), so a row cached on device 1 or 2 after
+// device 0 fails if the library skipped raising it there. Run with TESSEL_SIM_DEVICES=3 (ctest does).
+TEST_CASE("rows over 48 KiB and cluster rows run on every device", "[.multidevice]") {
+    REQUIRE(device_count() == 3);
+    for (int d : {0, 1, 2, 1}) {
+        for (std::int64_t cols : {std::int64_t(20001), std::int64_t(58200)}) {  // 80 KB: one block, opted in; 233 KB: a cluster
+            INFO("device " << d << ", cols " << cols);
+            DeviceGuard guard(Device{d});
+            auto [x, xv] = random_rows<float>({3, cols}, std::uint64_t(d * 10 + cols), -10, 10);
+            poison_next<float>({3, cols});
+            compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
+        }
+    }
+    for (int d : {0, 1, 2}) {  // the other multidevice tests start from devices with nothing cached
+        DeviceGuard guard(Device{d});
+        rt::device_synchronize();
+        memory::empty_cache();
+    }
+}
+
+// [8192, 262144] bf16 logits: 2^31 elements, which row kernels refused while they counted elements
+// in 32 bits. 4 GiB in and out, so on a GPU only (the sim's memory is smaller); a sample of rows,
+// the first and the last among them, is compared with the host reference.
+TEST_CASE("softmax of 2^31 logits (GPU only)", "[ops][rows][large]") {
+    if (backend == Backend::sim) return;
+    const std::int64_t rows = 8192, cols = 262144;
+    auto x = empty<__nv_bfloat16>({rows, cols});
+    uniform_fill(x, 7, 0, -8.0, 8.0);
+    const auto y = softmax(x);
+    for (std::int64_t r : {std::int64_t(0), std::int64_t(4097), rows - 1}) {
+        INFO("row " << r);
+        const auto xr = x.select(0, r).to_vector();
+        std::vector<double> xv(xr.size());
+        for (std::size_t i = 0; i < xr.size(); ++i) xv[i] = convert<double>(xr[i]);
+        compare(y.select(0, r).contiguous(), softmax_ref(xv, cols, false), 1e-30, 1.0 / 128, "softmax, bf16 output");  // 2 bf16 roundings
+    }
 }
 
 // Rows beyond a cluster of 8 blocks' shared memory (8 x 227 KiB = 464k floats) are read twice.

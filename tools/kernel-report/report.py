@@ -11,8 +11,8 @@ Checks every kernel template against the budget written next to it in kernels/te
   threads N     the block size the library launches it with (for the occupancy column)
   registers N   the most registers any instantiation may use
   hot           no instantiation may spill or have a stack frame
-  wide          the hot loop's global loads are 16 bytes wide (in every instantiation that
-                moves whole vectors: the first template argument V > 1)
+  wide          the hot loop's global loads are 16 bytes wide (in every instantiation whose
+                first template argument, if a number, is a vector width V > 1)
 
 Usage:
   report.py check    --ptxas LOG [--sass SASS] --kernels DIR     exit 1 on a broken budget
@@ -301,7 +301,8 @@ def analyse(args):
             problems.append(f"{where}: {d} spills ({info['spill_stores']} bytes stored, {info['spill_loads']} loaded); hot kernels may not")
         if budget["hot"] and info["stack"]:
             problems.append(f"{where}: {d} has a {info['stack']}-byte stack frame; hot kernels may not")
-        if budget["wide"] and loop and (vector_width(d) or 1) > 1 and loop["load_widths"] and min(loop["load_widths"]) < 16:
+        v = vector_width(d)
+        if budget["wide"] and loop and (v is None or v > 1) and loop["load_widths"] and min(loop["load_widths"]) < 16:
             problems.append(f"{where}: {d}'s hot loop loads {loop['load_widths']} bytes at a time; its budget asks for 16")
     problems += [f"{t}: budget in kernels/ for a kernel the report never saw compiled" for t in budgets if t not in {r['template'] for r in rows}]
     return rows, budgets, problems

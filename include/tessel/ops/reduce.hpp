@@ -8,7 +8,8 @@
 // or a 256-thread block (long rows) reduces each output, with 16-byte loads when rows are contiguous
 // and aligned; when the outputs are the contiguous side (columns), a block reduces 32 neighbouring
 // outputs with coalesced reads; few outputs over many elements split across blocks, and a second
-// kernel combines the partial results in order (kernels/tessel/kernels/reduce.cuh).
+// kernel combines each output's partial results on a fixed tree, a block per output
+// (kernels/tessel/kernels/reduce.cuh).
 #pragma once
 
 #include <algorithm>
@@ -94,15 +95,18 @@ inline constexpr bool needs_elements = std::is_same_v<Op, ExtremumReducer<T, tru
                                        std::is_same_v<Op, ArgExtremumReducer<T, true>> || std::is_same_v<Op, ArgExtremumReducer<T, false>>;
 
 // How each output's K elements are cut into `splits` pieces of `chunk` (a multiple of V). It
-// depends on the shape (and V) only, so the combination order never depends on the device.
+// depends on the shape (and V) only, so the combination order never depends on the device. Rows
+// (fewer than 512 outputs) split into pieces of at least 2048 elements, up to about 1024 work items
+// in all: an H200 holds 132 x 8 = 1056 blocks of 256 threads, so a 1M-element sum runs on 512
+// blocks, not the 64 that 16384-element pieces gave. Few columns over many rows split likewise.
 struct Splitting {
     std::int64_t splits, chunk;
 };
 inline Splitting split_for(std::int64_t M, std::int64_t K, bool columns, int V) {
-    constexpr std::int64_t per_split = 16384;
+    constexpr std::int64_t per_split = 2048, items = 1024;
     const std::int64_t column_tiles = (M + 31) / 32;
-    std::int64_t splits = columns ? std::clamp<std::int64_t>(std::min((K + 127) / 128, (1024 + column_tiles - 1) / column_tiles), 1, 1024)
-                          : M < 512 ? std::clamp<std::int64_t>((K + per_split - 1) / per_split, 1, 1024)
+    std::int64_t splits = columns ? std::clamp<std::int64_t>(std::min((K + 127) / 128, (items + column_tiles - 1) / column_tiles), 1, 1024)
+                          : M < 512 ? std::clamp<std::int64_t>(std::min((K + per_split - 1) / per_split, (items + M - 1) / M), 1, 1024)
                                     : 1;
     std::int64_t chunk = (K + splits - 1) / splits;
     chunk = (chunk + V - 1) / V * V;
@@ -143,7 +147,8 @@ void launch_reduction(const Src& src, const Op& op, bool columns, std::int64_t M
         launch(kernel, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch, out);
     }
     if (sp.splits > 1)
-        launch(kernels::reduce_partials<Op, I>, GridDim(blocks_for(std::size_t(M), 256), site), dim3(256), 0, stream, scratch, op, I(M),
+        launch(kernels::reduce_partials<Op, I>, GridDim(unsigned(std::clamp<std::int64_t>(M, 1, max_blocks(device, 8))), site), dim3(256), 0,
+               stream, scratch, op, I(M),
                I(sp.splits), I(K), out);
 }
 

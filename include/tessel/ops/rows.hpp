@@ -5,11 +5,16 @@
 // last with the device transpose first.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <source_location>
+#include <tuple>
 
 #include <tessel/kernels/rows.cuh>
 
@@ -108,6 +113,54 @@ namespace detail {
 template <class T>
 using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// Raises Kernel's dynamic shared memory limit to `bytes` on device d the first time only: the
+// attribute lives in the device's context, and a driver call on every launch costs more than the
+// launch of a short row batch.
+template <auto Kernel>
+void allow_dynamic_smem(Device d, int bytes) {
+    static std::array<std::atomic<int>, 64> raised{};
+    if (d.index >= int(raised.size())) return rt::set_max_dynamic_smem(Kernel, bytes);
+    auto& slot = raised[std::size_t(d.index)];
+    if (slot.load(std::memory_order_acquire) >= bytes) return;
+    rt::set_max_dynamic_smem(Kernel, bytes);
+    slot.store(bytes, std::memory_order_release);
+}
+
+// How many clusters of `size` blocks of Kernel, each with `threads` threads and `bytes` of dynamic
+// shared memory, the device runs at once (0: none fit), asked once per device and configuration.
+// Also 0 when the kernel's binary was built for an architecture without clusters (a build for an
+// older GPU JIT-run on sm_90 would reach the kernel's __trap stub). The sim runs any cluster: it
+// answers with its multiprocessors / size.
+template <auto Kernel>
+int active_clusters(Device d, int size, unsigned threads, std::size_t bytes) {
+    static std::mutex m;
+    static std::map<std::tuple<int, int, unsigned, std::size_t>, int> known;
+    const auto key = std::make_tuple(d.index, size, threads, bytes);
+    std::lock_guard lock(m);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+    int active = std::max(1, multiprocessors(d) / size);
+#if !defined(TESSEL_BACKEND_SIM)
+    cudaFuncAttributes attributes{};
+    TESSEL_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
+    if (attributes.binaryVersion < 90) {
+        active = 0;
+    } else {
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(unsigned(size));
+        config.blockDim = dim3(threads);
+        config.dynamicSmemBytes = bytes;
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeClusterDimension;
+        attribute[0].val.clusterDim = {unsigned(size), 1, 1};
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        TESSEL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, Kernel, &config));
+    }
+#endif
+    known.emplace(key, active);
+    return active;
+}
+
 // Runs `op` over the rows of x along `axis`; the result has x's shape and is contiguous.
 template <Element T, class Op>
 Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, std::optional<rt::stream_t> stream_opt,
@@ -130,8 +183,10 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     Tensor<T> out = empty<T>(x.shape(), on);
     const std::int64_t cols = x.shape()[last], rows = cols == 0 ? 0 : x.numel() / cols;
     if (rows == 0) return out;
-    require(x.numel() < std::numeric_limits<std::int32_t>::max(), name, ": ", x.numel(),
-            " elements; row kernels index with 32 bits (split the tensor)");
+    // Rows and columns are counted in 32 bits, element offsets in 64: [8192, 262144] logits (2^31
+    // elements) are fine; only a dim of 2^31 or more is refused.
+    require(rows < std::numeric_limits<std::int32_t>::max() && cols < std::numeric_limits<std::int32_t>::max(), name, ": ", rows,
+            " rows of ", cols, "; row kernels count rows and columns with 32 bits (split the tensor)");
     using I = std::uint32_t;
     DeviceGuard guard(device);
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
@@ -146,26 +201,14 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
             const std::int64_t slice = (vectors + size - 1) / size;
             const std::size_t bytes = kernels::cluster_header_bytes<Op> + std::size_t(slice) * W * sizeof(T);
             if (bytes > optin) continue;
-            auto kernel = kernels::rows_per_cluster<W, Op, T, I>;
-            // Set on every launch, always to the maximum: the attribute belongs to the device's context.
-            rt::set_max_dynamic_smem(kernel, int(optin));
+            constexpr auto kernel = kernels::rows_per_cluster<W, Op, T, I>;
+            allow_dynamic_smem<kernel>(device, int(optin));
             const unsigned threads = unsigned(std::clamp<std::int64_t>((slice / 8 + 31) / 32 * 32, 128, 1024));
-#if !defined(TESSEL_BACKEND_SIM)
-            // A cluster needs `size` multiprocessors with this much shared memory free in one GPC.
-            cudaLaunchConfig_t config{};
-            config.gridDim = dim3(unsigned(size));
-            config.blockDim = dim3(threads);
-            config.dynamicSmemBytes = bytes;
-            cudaLaunchAttribute attribute[1];
-            attribute[0].id = cudaLaunchAttributeClusterDimension;
-            attribute[0].val.clusterDim = {unsigned(size), 1, 1};
-            config.attrs = attribute;
-            config.numAttrs = 1;
-            int active = 0;
-            TESSEL_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&active, kernel, &config));
-            if (active == 0) return false;
-#endif
-            const std::int64_t clusters = std::clamp<std::int64_t>(rows, 1, std::max<std::int64_t>(1, max_blocks(device, 1) / size));
+            // A cluster needs `size` multiprocessors with this much shared memory free in one GPC:
+            // the grid is as many clusters as run at once (each walks rows), never more than rows.
+            const int active = active_clusters<kernel>(device, size, threads, bytes);
+            if (active == 0) continue;  // a bigger cluster has smaller slices, which may fit
+            const std::int64_t clusters = std::clamp<std::int64_t>(rows, 1, active);
             launch_cluster(kernel, GridDim(unsigned(clusters * size), site), dim3(threads), dim3(unsigned(size)), bytes, stream, in.data(),
                            out.data(), I(rows), I(cols), I(slice), op);
             return true;
@@ -189,8 +232,8 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
         const std::size_t fixed = kernels::rows_static_smem<Op> + 128;
         const auto optin = std::size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device));
         if (bytes + fixed <= optin) {
-            auto kernel = kernels::rows_per_block<W, true, Op, T, I>;
-            if (bytes + fixed > 48 * 1024) rt::set_max_dynamic_smem(kernel, int(optin - fixed));
+            constexpr auto kernel = kernels::rows_per_block<W, true, Op, T, I>;
+            if (bytes + fixed > 48 * 1024) allow_dynamic_smem<kernel>(device, int(optin - fixed));
             launch(kernel, GridDim(blocks, site), dim3(threads), bytes, stream, in.data(), out.data(), I(rows), I(cols), op);
         } else if (!try_cluster.template operator()<W>()) {
             launch(kernels::rows_per_block<W, false, Op, T, I>, GridDim(blocks, site), dim3(threads), 0, stream, in.data(), out.data(),

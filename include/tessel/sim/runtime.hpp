@@ -564,7 +564,7 @@ TESSEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute 
                                                        " exceeds the device's opt-in maximum of " +
                                                        std::to_string(p.sharedMemPerBlockOptin) + " bytes");
     std::lock_guard lk(detail::rt().m);
-    detail::rt().max_dynamic_smem[func] = value;
+    detail::rt().max_dynamic_smem[{func, detail::current_device}] = value;
     return detail::ok();
 }
 
@@ -589,7 +589,7 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
     std::size_t limit = p.sharedMemPerBlock;
     {
         std::lock_guard lk(detail::rt().m);
-        if (auto it = detail::rt().max_dynamic_smem.find(func); it != detail::rt().max_dynamic_smem.end())
+        if (auto it = detail::rt().max_dynamic_smem.find({func, detail::current_device}); it != detail::rt().max_dynamic_smem.end())
             limit = std::size_t(it->second);
     }
     if (smem > limit)

@@ -74,7 +74,9 @@ public:
     std::vector<SimDevice> devices;
     std::map<std::uintptr_t, Allocation> allocations;  // by start address
     std::unordered_map<const CUstream_st*, std::shared_ptr<CUstream_st>> streams;
-    std::unordered_map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
+    // cudaFuncSetAttribute, by (kernel, device): as in CUDA, the attribute is set in the current
+    // device's context and does not carry to another device.
+    std::map<std::pair<const void*, int>, int> max_dynamic_smem;
     std::atomic<std::uint64_t> launches{0};                 // kernels accepted by launch_kernel, all devices
     std::atomic<std::uint64_t> cluster_launches{0};         // of which launched in clusters of 2 or more blocks
 

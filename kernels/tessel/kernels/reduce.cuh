@@ -4,7 +4,8 @@
 // A group of Threads (32: a warp, or 256: the block) reduces one (output, split) work item: each
 // thread accumulates a fixed strided subset of the split's range, then the group combines through
 // warp shuffles (and shared memory across warps). With one split the group writes the final value;
-// with several, each split writes its partial accumulator and reduce_partials finishes them. Every
+// with several, each split writes its partial accumulator and reduce_partials finishes them
+// (a block per output). Every
 // order is fixed by (Threads, splits, K), never by timing: results are bitwise reproducible, and no
 // atomics are used.
 #pragma once
@@ -180,15 +181,31 @@ __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk
     }
 }
 
-// Finishes split reductions: output o combines its `splits` partials in order.
+// Finishes split reductions: a block per output combines its `splits` partials on a fixed tree
+// (thread t folds partials t, t + 256, ... in order, then the block's shuffle tree), so the order
+// depends on `splits` only, and an output's partials are read by 256 threads at once instead of
+// one after another by a single thread.
 // budget: threads 256, registers 48, hot
 template <class Op, class I>
 __global__ void reduce_partials(const typename Op::acc_t* __restrict__ partial, Op op, I outputs, I splits, I K,
                                 typename Op::out_t* __restrict__ out) {
-    for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += I(gridDim.x) * blockDim.x) {
-        typename Op::acc_t acc = op.identity();
-        for (I s = 0; s < splits; ++s) acc = op.combine(acc, partial[o * splits + s]);
-        out[o] = op.finish(acc, std::int64_t(K));
+    using A = typename Op::acc_t;
+    __shared__ A across_warps[8];
+    const int t = int(threadIdx.x);
+    for (I o = blockIdx.x; o < outputs; o += gridDim.x) {
+        const A* p = partial + std::int64_t(o) * splits;
+        A acc = op.identity();
+#pragma unroll 4
+        for (I s = I(t); s < splits; s += 256) acc = op.combine(acc, p[s]);
+        acc = warp_combine(op, acc, 32);
+        if (t % 32 == 0) across_warps[t / 32] = acc;
+        __syncthreads();
+        if (t < 32) {
+            acc = t < 8 ? across_warps[t] : op.identity();
+            acc = warp_combine(op, acc, 8);
+            if (t == 0) out[o] = op.finish(acc, std::int64_t(K));
+        }
+        __syncthreads();  // across_warps is reused by the next output
     }
 }
 

@@ -4,6 +4,8 @@
 // runs on the GPU and in the sim unchanged. With beta == 0, C is never read (it may hold garbage).
 #pragma once
 
+#include <cstdint>
+
 #include <tessel/core/kernel.hpp>
 
 namespace tessel::kernels {
@@ -16,7 +18,12 @@ struct MatmulTile {
     static constexpr int threads_x = TileN / ThreadN, threads_y = TileM / ThreadM;
     static constexpr int threads = threads_x * threads_y;
     static dim3 block() { return dim3(threads_x, threads_y); }
-    static dim3 grid(int m, int n) { return dim3(unsigned((n + TileN - 1) / TileN), unsigned((m + TileM - 1) / TileM)); }
+    // Column tiles along x (up to 2^31 - 1), row tiles along y, which holds at most 65535: taller
+    // matrices (m > 65535 * TileM, 4.19M rows for 64-row tiles) have each block walk row tiles.
+    static dim3 grid(int m, int n) {
+        const int row_tiles = (m + TileM - 1) / TileM;
+        return dim3(unsigned((n + TileN - 1) / TileN), unsigned(row_tiles < 65535 ? (row_tiles > 0 ? row_tiles : 1) : 65535));
+    }
 };
 
 // budget: threads 256, registers 64, hot
@@ -32,43 +39,45 @@ tiled_matmul(int m, int n, int k, Acc alpha, const T* __restrict__ a, int lda, c
 
     const int tx = int(threadIdx.x), ty = int(threadIdx.y);
     const int tid = ty * Tile::threads_x + tx;
-    const int row0 = int(blockIdx.y) * TM, col0 = int(blockIdx.x) * TN;
+    const int col0 = int(blockIdx.x) * TN;
+    for (std::int64_t first_row = std::int64_t(blockIdx.y) * TM; first_row < m; first_row += std::int64_t(gridDim.y) * TM) {
+        const int row0 = int(first_row);  // 64-bit step: m + 65535 * TM may pass 2^31
+        Acc acc[RM][RN];
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) acc[i][j] = Acc(0);
 
-    Acc acc[RM][RN];
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) acc[i][j] = Acc(0);
+        for (int k0 = 0; k0 < k; k0 += TK) {
+            for (int e = tid; e < TM * TK; e += NT) {  // A slab: TM rows x TK columns, zero outside
+                const int r = e / TK, kk = e % TK;
+                const int gr = row0 + r, gk = k0 + kk;
+                as[kk][r] = (gr < m && gk < k) ? Acc(a[std::size_t(gr) * lda + gk]) : Acc(0);
+            }
+            for (int e = tid; e < TK * TN; e += NT) {  // B slab: TK rows x TN columns
+                const int kk = e / TN, col = e % TN;
+                const int gk = k0 + kk, gc = col0 + col;
+                bs[kk][col] = (gk < k && gc < n) ? Acc(b[std::size_t(gk) * ldb + gc]) : Acc(0);
+            }
+            __syncthreads();
+            for (int kk = 0; kk < TK; ++kk) {
+                Acc ra[RM], rb[RN];
+                for (int i = 0; i < RM; ++i) ra[i] = as[kk][ty * RM + i];
+                for (int j = 0; j < RN; ++j) rb[j] = bs[kk][tx * RN + j];
+                for (int i = 0; i < RM; ++i)
+                    for (int j = 0; j < RN; ++j) acc[i][j] += ra[i] * rb[j];
+            }
+            __syncthreads();  // the slabs are overwritten by the next k0 (or the next row tile)
+        }
 
-    for (int k0 = 0; k0 < k; k0 += TK) {
-        for (int e = tid; e < TM * TK; e += NT) {  // A slab: TM rows x TK columns, zero outside
-            const int r = e / TK, kk = e % TK;
-            const int gr = row0 + r, gk = k0 + kk;
-            as[kk][r] = (gr < m && gk < k) ? Acc(a[std::size_t(gr) * lda + gk]) : Acc(0);
-        }
-        for (int e = tid; e < TK * TN; e += NT) {  // B slab: TK rows x TN columns
-            const int kk = e / TN, col = e % TN;
-            const int gk = k0 + kk, gc = col0 + col;
-            bs[kk][col] = (gk < k && gc < n) ? Acc(b[std::size_t(gk) * ldb + gc]) : Acc(0);
-        }
-        __syncthreads();
-        for (int kk = 0; kk < TK; ++kk) {
-            Acc ra[RM], rb[RN];
-            for (int i = 0; i < RM; ++i) ra[i] = as[kk][ty * RM + i];
-            for (int j = 0; j < RN; ++j) rb[j] = bs[kk][tx * RN + j];
-            for (int i = 0; i < RM; ++i)
-                for (int j = 0; j < RN; ++j) acc[i][j] += ra[i] * rb[j];
-        }
-        __syncthreads();
-    }
-
-    for (int i = 0; i < RM; ++i) {
-        const int gr = row0 + ty * RM + i;
-        if (gr >= m) break;
-        for (int j = 0; j < RN; ++j) {
-            const int gc = col0 + tx * RN + j;
-            if (gc >= n) break;
-            T* out = c + std::size_t(gr) * ldc + gc;
-            const Acc prior = beta == Acc(0) ? Acc(0) : beta * Acc(*out);
-            *out = T(alpha * acc[i][j] + prior);
+        for (int i = 0; i < RM; ++i) {
+            const int gr = row0 + ty * RM + i;
+            if (gr >= m) break;
+            for (int j = 0; j < RN; ++j) {
+                const int gc = col0 + tx * RN + j;
+                if (gc >= n) break;
+                T* out = c + std::size_t(gr) * ldc + gc;
+                const Acc prior = beta == Acc(0) ? Acc(0) : beta * Acc(*out);
+                *out = T(alpha * acc[i][j] + prior);
+            }
         }
     }
 }
