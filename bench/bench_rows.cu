@@ -1,4 +1,4 @@
-// softmax and rms_norm over rows of 1k, 4k, 32k and 262k fp32 values (256 MiB per tensor on a GPU,
+// softmax, log_softmax, rms_norm and layer_norm over rows of 1k, 4k, 32k and 262k fp32 values (256 MiB per tensor on a GPU,
 // 4 MiB on the sim), as GB/s (read + write) and % of the device copy bandwidth measured in the same
 // run. The sim's figures are CPU times of a smoke test.
 #include <benchmark/benchmark.h>
@@ -14,29 +14,44 @@ namespace {
 
 using tessel::Tensor;
 
-// kind 0: softmax, 1: rms_norm; state.range(0) = row length.
+// kind 0: softmax, 1: rms_norm, 2: log_softmax, 3: layer_norm; state.range(0) = row length.
 void BM_rows(benchmark::State& state, int kind) {
     const std::int64_t cols = state.range(0);
     const std::int64_t total = tessel::backend == tessel::Backend::sim ? (std::int64_t(1) << 20) : (std::int64_t(1) << 26);
     const std::int64_t rows = std::max<std::int64_t>(1, total / cols);
     auto x = tessel::bench::random_tensor<float>({rows, cols}, 7, -4, 4);
-    auto w = tessel::full<float>({cols}, 1.5f);
+    auto w = tessel::full<float>({cols}, 1.5f), b = tessel::full<float>({cols}, 0.25f);
     Tensor<float> y;
     tessel::Stream s = tessel::current_stream();
     tessel::bench::time_region(state, s, [&] {
-        y = kind == 0 ? tessel::softmax(x, -1, s.handle()) : tessel::rms_norm(x, w, 1e-6, s.handle());
+        switch (kind) {
+            case 0: y = tessel::softmax(x, -1, s.handle()); break;
+            case 1: y = tessel::rms_norm(x, w, 1e-6, s.handle()); break;
+            case 2: y = tessel::log_softmax(x, -1, s.handle()); break;
+            default: y = tessel::layer_norm(x, w, b, 1e-5, s.handle()); break;
+        }
     });
     tessel::bench::report_bytes(state, 8.0 * double(rows * cols));
     // Check the first row against a double reference.
     const auto xv = x.to_vector(), yv = y.to_vector();
     double worst = 0, m = -1e300;
-    long double sum = 0, sq = 0;
+    long double sum = 0, sq = 0, total = 0;
     for (std::int64_t k = 0; k < cols; ++k) m = std::max(m, double(xv[std::size_t(k)]));
-    for (std::int64_t k = 0; k < cols; ++k) sum += std::exp(double(xv[std::size_t(k)]) - m), sq += (long double)xv[std::size_t(k)] * xv[std::size_t(k)];
+    for (std::int64_t k = 0; k < cols; ++k) {
+        const long double x0 = xv[std::size_t(k)];
+        sum += std::exp(double(x0) - m), sq += x0 * x0, total += x0;
+    }
+    const double mean = double(total / cols), var = double(sq / cols) - mean * mean;
     for (std::int64_t k = 0; k < cols; ++k) {
         const double x0 = xv[std::size_t(k)];
-        const double want = kind == 0 ? std::exp(x0 - m) / double(sum) : 1.5 * x0 / std::sqrt(double(sq / cols) + 1e-6);
-        worst = std::max(worst, std::fabs(double(yv[std::size_t(k)]) - want) / std::max(std::fabs(want), 1e-30));
+        const double want = kind == 0   ? std::exp(x0 - m) / double(sum)
+                            : kind == 1 ? 1.5 * x0 / std::sqrt(double(sq / cols) + 1e-6)
+                            : kind == 2 ? x0 - m - std::log(double(sum))
+                                        : (x0 - mean) / std::sqrt(var + 1e-5) * 1.5 + 0.25;
+        // log_softmax and layer_norm outputs cross zero: their error is relative to max(|want|, 1),
+        // the scale of the terms that cancel (x - max, x - mean are O(1) here).
+        const double scale = kind >= 2 ? std::max(std::fabs(want), 1.0) : std::max(std::fabs(want), 1e-30);
+        worst = std::max(worst, std::fabs(double(yv[std::size_t(k)]) - want) / scale);
     }
     tessel::bench::report_error(state, worst, 1e-4);
     state.SetLabel(std::to_string(rows) + " rows of " + std::to_string(cols));
@@ -46,6 +61,8 @@ const bool registered = [] {
     for (std::int64_t cols : {1024, 4096, 32768, 262144}) {
         benchmark::RegisterBenchmark("BM_softmax", BM_rows, 0)->Arg(cols)->UseManualTime();
         benchmark::RegisterBenchmark("BM_rms_norm", BM_rows, 1)->Arg(cols)->UseManualTime();
+        benchmark::RegisterBenchmark("BM_log_softmax", BM_rows, 2)->Arg(cols)->UseManualTime();
+        benchmark::RegisterBenchmark("BM_layer_norm", BM_rows, 3)->Arg(cols)->UseManualTime();
     }
     return true;
 }();

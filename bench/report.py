@@ -12,7 +12,9 @@ percentage of cuBLAS / cuDNN / CUB / Thrust for every benchmark measured both wa
 
 Vendor pairs are found by name: a benchmark whose second name component is an implementation
 (`BM_sum/tessel/268435456` and `BM_sum/cub/268435456`) is compared with the rows that differ only in
-that component; % of vendor = vendor time / tessel time.
+that component; % of vendor = vendor time / tessel time. Runs written by bench/torch_compare.py
+(context backend "torch") pair the same way with the tessel run of the same device: % of torch =
+PyTorch's time / tessel's time, for eager and for torch.compile.
 
 When OUT.md exists and holds the lines `<!-- report:begin -->` and `<!-- report:end -->`, only the
 text between them is replaced, so hand-written prose around the generated tables stays.
@@ -50,7 +52,8 @@ def family(name):
 
 
 VENDORS = ("cublas", "cublaslt", "cudnn", "cub", "thrust")
-IMPLS = ("tessel",) + VENDORS
+TORCH = ("torch", "torch_compile")  # bench/torch_compare.py's runs (context backend "torch")
+IMPLS = ("tessel",) + VENDORS + TORCH
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
 
 
@@ -77,6 +80,27 @@ def vendor_ratios(rows):
             if ours and theirs and ours.get("real_time") and theirs.get("real_time"):
                 out[name_of(ours)] = (vendor, 100.0 * seconds(theirs) / seconds(ours))
                 break
+    return out
+
+
+def torch_ratios(rows, runs, ctx):
+    """{tessel benchmark name: "152 (eager), 98 (compile)"}: PyTorch's time over tessel's, in percent,
+    from the torch runs (bench/torch_compare.py) of the same device."""
+    theirs = {}
+    for tctx, trows in runs.values():
+        if tctx.get("backend") == "torch" and tctx.get("device") == ctx.get("device"):
+            for b in trows:
+                impl, key = impl_key(name_of(b))
+                if impl in TORCH and b.get("real_time"):
+                    theirs.setdefault(key, {})[impl] = b
+    out = {}
+    for b in rows:
+        impl, key = impl_key(name_of(b))
+        if impl not in (None, "tessel") or key not in theirs or not b.get("real_time"):
+            continue
+        parts = [f"{100.0 * seconds(t) / seconds(b):.3g} ({'eager' if i == 'torch' else 'compile'})"
+                 for i, t in sorted(theirs[key].items())]
+        out[name_of(b)] = ", ".join(parts)
     return out
 
 
@@ -128,17 +152,19 @@ def write_markdown(runs, out, images):
                   f"- clocks at start: {ctx.get('clocks_at_start', 'unknown (no NVML)')}",
                   ""]
         ratios = vendor_ratios(rows)
+        versus_torch = torch_ratios(rows, runs, ctx) if ctx.get("backend") != "torch" else {}
         by_family = {}
         for b in rows:
             by_family.setdefault(family(name_of(b)), []).append(b)
         for fam, bs in by_family.items():
-            lines += [f"### {fam}", "", "| benchmark | time | GB/s | GFLOP/s | % of ceiling | % of vendor | rel. error | note |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [f"### {fam}", "", "| benchmark | time | GB/s | GFLOP/s | % of ceiling | % of vendor | % of torch | rel. error | note |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for b in bs:
                 vendor = ratios.get(name_of(b))
                 vs = f"{vendor[1]:.3g} ({vendor[0]})" if vendor else ""
                 lines.append(f"| `{name_of(b)}` | {fmt_time(b)} | {fmt(gbs(b))} | {fmt(b.get('GFLOP/s'))} | "
-                             f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {fmt(b.get('rel_error'), 2)} | {b.get('label', '')} |")
+                             f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {versus_torch.get(name_of(b), '')} | {fmt(b.get('rel_error'), 2)} | "
+                             f"{b.get('label', '')} |")
             lines.append("")
         for img in images.get(path, []):
             lines += [f"![{img}]({os.path.relpath(img, os.path.dirname(out) or '.')})", ""]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks bench/report.py on constructed runs: vendor pairing and its percentage, the vs-vendor chart,
+"""Checks bench/report.py on constructed runs: vendor pairing and its percentage, PyTorch pairing (eager
+and torch.compile, by name, same device only), the vs-vendor chart,
 the current/superseded marking, and that an existing document keeps its prose outside the markers."""
 import json
 import os
@@ -10,8 +11,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_json(path, device, date, rows):
-    ctx = {"device": device, "backend": "cuda", "date": date, "figures": "GPU figures, CUDA event timing",
+def run_json(path, device, date, rows, backend="cuda"):
+    ctx = {"device": device, "backend": backend, "date": date, "figures": "GPU figures, CUDA event timing",
            "ceiling_d2d_copy_gbs": "4000.0"}
     bench = [{"name": n, "run_type": "iteration", "real_time": t, "time_unit": "us", "GB/s": g} for n, t, g in rows]
     with open(path, "w") as f:
@@ -26,17 +27,31 @@ def main():
                                                     ("BM_sum/cub/268435456", 100.0, 3750.0),
                                                     ("BM_copy/1024", 10.0, 100.0)])
         run_json(old, "NVIDIA H200", "2026-12-01", [("BM_copy/1024", 11.0, 90.0)])
+        # PyTorch's eager sum takes 150 us and torch.compile 100 us, tessel 125 us: 120% and 80%;
+        # a softmax without an implementation component in tessel's name pairs too (50 us vs 100 us).
+        torch_run = os.path.join(d, "2026-12-02-h200-torch.json")
+        run_json(torch_run, "NVIDIA H200", "2026-12-02", [("BM_sum/torch/268435456", 150.0, 2500.0),
+                                                          ("BM_sum/torch_compile/268435456", 100.0, 3750.0),
+                                                          ("BM_softmax/torch/1024", 100.0, 1000.0)], backend="torch")
+        run_json(os.path.join(d, "other.json"), "NVIDIA H100", "2026-12-02", [("BM_softmax/1024", 80.0, 1000.0)])
+        with open(new) as f:
+            j = json.load(f)
+        j["benchmarks"].append({"name": "BM_softmax/1024", "run_type": "iteration", "real_time": 50.0, "time_unit": "us"})
+        with open(new, "w") as f:
+            json.dump(j, f)
         md = os.path.join(d, "benchmarks.md")
         with open(md, "w") as f:
             f.write("# Title\n\nprose before\n\n<!-- report:begin -->\nstale\n<!-- report:end -->\n\nprose after\n")
-        subprocess.run([sys.executable, os.path.join(HERE, "report.py"), new, old, "--markdown", md,
+        subprocess.run([sys.executable, os.path.join(HERE, "report.py"), new, old, torch_run, os.path.join(d, "other.json"), "--markdown", md,
                         "--images", os.path.join(d, "img")], check=True)
         text = open(md).read()
         checks = {
             "prose before kept": "prose before" in text,
             "prose after kept": "prose after" in text,
             "stale block replaced": "stale" not in text,
-            "80% of cub in the sum row": "| 80 (cub) |" in text,
+            "80% of cub in the sum row": "| 80 (cub) | 120 (eager), 80 (compile) |" in text,
+            "softmax pairs with torch by name": "| `BM_softmax/1024` | 50 us |  |  |  |  | 200 (eager) |" in text,
+            "another device's softmax has no torch figure": "| `BM_softmax/1024` | 80 us | 1000 |  |  |  |  |" in text,
             "newer run current": "2026-12-02-h200.json (current)" in text,
             "older run superseded": "2026-12-01-h200.json (superseded" in text,
             "vs-vendor chart": os.path.getsize(os.path.join(d, "img", "2026-12-02-h200-vs-vendor.png")) > 1000,

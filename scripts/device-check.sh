@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, for a machine with an NVIDIA GPU and no network (run from the repository root):
 # builds every target for this GPU's architecture with all cores, runs ctest on the GPU, runs
-# compute-sanitizer (memcheck, racecheck, synccheck) on the kernel tests, runs the benchmarks, and
+# compute-sanitizer (memcheck, racecheck, synccheck) on the kernel tests, runs the benchmarks and
+# PyTorch on the same problems (bench/torch_compare.py), and
 # writes logs and JSON into $OUT (default ./device-check-out). Prints a summary table last.
 # Catch2 and Google Benchmark come from .deps/*.deb when the machine lacks them
 # (scripts/fetch-device-deps.sh downloads them on a machine with apt). Ends well inside 8 minutes.
@@ -13,8 +14,8 @@ export PATH="$PATH:/usr/local/cuda/bin"
 jobs=$(nproc)
 rows=()
 row() { rows+=("$(printf '%-28s %-8s %s' "$1" "$2" "$3")"); }
-# Seconds a step may take: its own cap, or what is left of the 450 s budget if less (0: skip it).
-budget() { local left=$((450 - (SECONDS - t_start))); ((left < 0)) && left=0; echo $((left < $1 ? left : $1)); }
+# Seconds a step may take: its own cap, or what is left of the 465 s budget if less (0: skip it).
+budget() { local left=$((465 - (SECONDS - t_start))); ((left < 0)) && left=0; echo $((left < $1 ? left : $1)); }
 t_start=$SECONDS
 
 # 0. The GPU as nvidia-smi sees it.
@@ -59,7 +60,7 @@ for tool in memcheck racecheck synccheck; do
   filter="[kernel-language],[kernels]"
   [ "$tool" = racecheck ] && filter="[barrier],[warp],[matmul]"
   echo "=== compute-sanitizer --tool $tool $filter" >>"$OUT/sanitizer.log"
-  cap=$(budget 90)
+  cap=$(budget 60)
   if ((cap < 10)); then row "compute-sanitizer $tool" "SKIPPED" "out of time budget"; continue; fi
   timeout "$cap" compute-sanitizer --tool "$tool" --error-exitcode 99 "$tests" "$filter" >>"$OUT/sanitizer.log" 2>&1
   rc=$?
@@ -71,7 +72,7 @@ done
 # 5. Every benchmark family through tessel-bench (one JSON; bench/report.py renders it here later)
 #    and the device description.
 t0=$SECONDS
-cap=$(budget 150)
+cap=$(budget 120)
 if ((cap < 10)); then
   row "tessel-bench" "SKIPPED" "out of time budget"
 else
@@ -83,6 +84,20 @@ else
   rm -f "$OUT/bench.log"
 fi
 build/device/tools/tessel-info --json >"$OUT/tessel-info.json" 2>&1
+
+# 6. PyTorch on the same problems (bench/torch_compare.py: eager, and torch.compile where it
+#    compiles offline), for the "% of torch" column of bench/report.py.
+t0=$SECONDS
+cap=$(budget 90)
+if ((cap < 20)); then
+  row "torch_compare" "SKIPPED" "out of time budget"
+elif ! python3 -c "import torch" 2>/dev/null; then
+  row "torch_compare" "SKIPPED" "no PyTorch on this machine"
+else
+  timeout "$cap" python3 bench/torch_compare.py --out "$OUT/torch.json" --budget $((cap - 15)) >>"$OUT/ctest.log" 2>&1
+  rc=$?
+  row "torch_compare" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "torch.json ($((SECONDS - t0)) s)"
+fi
 
 echo
 echo "device check, $(date -u +%Y-%m-%dT%H:%MZ), $((SECONDS - t_start)) s"

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""PyTorch on the problems tessel-bench times on a GPU, written as Google Benchmark JSON so that
+bench/report.py puts a "% of torch" column beside "% of vendor".
+
+    python3 bench/torch_compare.py --out torch.json [--no-compile] [--budget SECONDS]
+
+Each problem has tessel-bench's GPU size and dtype, and its name is tessel-bench's with the
+implementation component set to `torch` (PyTorch eager) or `torch_compile` (torch.compile of the
+same function, where it compiles on this machine): BM_softmax/1024/manual_time pairs with
+BM_softmax/torch/1024/manual_time. Timing follows docs/benchmarking.md: CUDA events around each
+call, the L2 cache flushed (a 256 MiB write) before each, 3 warm-up calls, the median of 20.
+Inputs are random normal values, never zeros; each result is checked against a float64 reference
+on a sample (the relative error is reported, as tessel-bench's rel_error).
+"""
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+MiB = 1 << 20
+
+
+def timed(fn, flush, reps=20, warmup=3):
+    """Median microseconds of fn() with CUDA events, the L2 flushed before each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def rel_error(got, want):
+    got, want = got.double().flatten(), want.double().flatten()
+    return float((got - want).norm() / want.norm().clamp_min(1e-300))
+
+
+def problems():
+    """(tessel-bench name with {impl}, bytes moved, make inputs, function, float64 reference)"""
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(1)
+
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device=dev, dtype=torch.float32, generator=g).to(dtype)
+
+    out = []
+    n = 1 << 26
+    for tag, dt, size in (("f32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
+        out.append((f"BM_fma/{{impl}}/{tag}/manual_time", 4.0 * n * size,
+                    lambda dt=dt: (randn(n, dtype=dt), randn(n, dtype=dt), randn(n, dtype=dt)),
+                    lambda a, b, c: torch.addcmul(c, a, b), lambda a, b, c: a.double() * b.double() + c.double()))
+    out.append(("BM_cast_f32_bf16/{impl}/manual_time", 6.0 * n, lambda: (randn(n),), lambda x: x.to(torch.bfloat16),
+                lambda x: x.double()))
+    s = 1 << 28
+    out.append(("BM_sum/{impl}/f32/manual_time", 4.0 * s, lambda: (randn(s),), lambda x: x.sum(), lambda x: x.double().sum()))
+    r = c = 16384
+    out.append(("BM_row_sum/{impl}/f32/manual_time", 4.0 * r * c, lambda: (randn(r, c),), lambda x: x.sum(1),
+                lambda x: x.double().sum(1)))
+    out.append(("BM_col_sum/{impl}/f32/manual_time", 4.0 * r * c, lambda: (randn(r, c),), lambda x: x.sum(0),
+                lambda x: x.double().sum(0)))
+    d = 1 << 27
+    out.append(("BM_dot/{impl}/f32/manual_time", 8.0 * d, lambda: (randn(d), randn(d)), lambda a, b: torch.dot(a, b),
+                lambda a, b: (a.double() * b.double()).sum()))
+    t = 16384
+    out.append(("BM_transpose/{impl}/f32/manual_time", 8.0 * t * t, lambda: (randn(t, t),), lambda x: x.t().contiguous(),
+                lambda x: x.double().t()))
+    out.append(("BM_batched_permute/{impl}/manual_time", 8.0 * 64 * 1024 * 1024, lambda: (randn(64, 1024, 1024),),
+                lambda x: x.permute(0, 2, 1).contiguous(), lambda x: x.double().permute(0, 2, 1)))
+    total = 1 << 26
+    for cols in (1024, 4096, 32768, 262144):
+        rows = max(1, total // cols)
+        shape = (rows, cols)
+        out.append((f"BM_softmax/{{impl}}/{cols}/manual_time", 8.0 * rows * cols, lambda shape=shape: (randn(*shape) * 4,),
+                    lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1)))
+        out.append((f"BM_log_softmax/{{impl}}/{cols}/manual_time", 8.0 * rows * cols, lambda shape=shape: (randn(*shape) * 4,),
+                    lambda x: torch.log_softmax(x, -1), lambda x: torch.log_softmax(x.double(), -1)))
+        w = torch.full((cols,), 1.5, device=dev)
+        b = torch.full((cols,), 0.25, device=dev)
+        out.append((f"BM_rms_norm/{{impl}}/{cols}/manual_time", 8.0 * rows * cols, lambda shape=shape: (randn(*shape) * 4,),
+                    lambda x, w=w, cols=cols: F.rms_norm(x, (cols,), w, 1e-6),
+                    lambda x, w=w, cols=cols: F.rms_norm(x.double(), (cols,), w.double(), 1e-6)))
+        out.append((f"BM_layer_norm/{{impl}}/{cols}/manual_time", 8.0 * rows * cols, lambda shape=shape: (randn(*shape) * 4,),
+                    lambda x, w=w, b=b, cols=cols: F.layer_norm(x, (cols,), w, b, 1e-5),
+                    lambda x, w=w, b=b, cols=cols: F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--no-compile", action="store_true", help="PyTorch eager only")
+    p.add_argument("--budget", type=float, default=150, help="seconds; problems past it are skipped")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        print("torch_compare: no CUDA device; nothing to compare")
+        return 0
+    t_start = time.time()
+    props = torch.cuda.get_device_properties(0)
+    flush = torch.empty(256 * MiB // 4, device="cuda", dtype=torch.float32)
+    ctx = {"device": props.name, "backend": "torch", "figures": "GPU figures, CUDA event timing, PyTorch " + torch.__version__,
+           "date": datetime.date.today().isoformat(), "compute_capability": f"{props.major}.{props.minor}",
+           "sm_count": props.multi_processor_count, "memory_gib": round(props.total_memory / 2**30, 1),
+           "runtime_driver": f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"}
+    rows = []
+    # Eager first for every problem, then torch.compile as far as the budget goes (its compiles
+    # take seconds each): the eager column is the one the goals are stated against.
+    passes = [("torch", lambda fn: fn, "PyTorch eager")]
+    if not a.no_compile:
+        passes.append(("torch_compile", lambda fn: torch.compile(fn, dynamic=False), "torch.compile"))
+    for impl, wrap, label in passes:
+        for name, nbytes, make, fn, ref in problems():
+            if time.time() - t_start > a.budget:
+                print(f"torch_compare: out of budget, skipping {name.format(impl=impl)}")
+                continue
+            inputs = make()
+            want = ref(*inputs)
+            try:
+                f = wrap(fn)
+                got = f(*inputs)
+                err = rel_error(got, want)
+                us = timed(lambda: f(*inputs), flush)
+            except Exception as e:  # torch.compile may not work offline; eager is what counts
+                print(f"torch_compare: {name.format(impl=impl)} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            finally:
+                del inputs, want
+                torch.cuda.empty_cache()
+            rows.append({"name": name.format(impl=impl), "run_name": name.format(impl=impl), "run_type": "iteration",
+                         "real_time": us, "time_unit": "us", "bytes_per_second": nbytes / (us * 1e-6),
+                         "rel_error": err, "label": label})
+            print(f"{name.format(impl=impl):45s} {us:10.1f} us {nbytes / (us * 1e3):8.1f} GB/s  rel.err {err:.1e}")
+    with open(a.out, "w") as fh:
+        json.dump({"context": ctx, "benchmarks": rows}, fh, indent=1)
+    print(f"torch_compare: {len(rows)} timings in {time.time() - t_start:.0f} s -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
