@@ -35,13 +35,13 @@ void BM_rows(benchmark::State& state, int kind) {
     // Check the first row against a double reference.
     const auto xv = x.to_vector(), yv = y.to_vector();
     double worst = 0, m = -1e300;
-    long double sum = 0, sq = 0, total = 0;
+    long double sum = 0, sq = 0, row_total = 0;
     for (std::int64_t k = 0; k < cols; ++k) m = std::max(m, double(xv[std::size_t(k)]));
     for (std::int64_t k = 0; k < cols; ++k) {
         const long double x0 = xv[std::size_t(k)];
-        sum += std::exp(double(x0) - m), sq += x0 * x0, total += x0;
+        sum += std::exp(double(x0) - m), sq += x0 * x0, row_total += x0;
     }
-    const double mean = double(total / cols), var = double(sq / cols) - mean * mean;
+    const double mean = double(row_total / cols), var = double(sq / cols) - mean * mean;
     for (std::int64_t k = 0; k < cols; ++k) {
         const double x0 = xv[std::size_t(k)];
         const double want = kind == 0   ? std::exp(x0 - m) / double(sum)

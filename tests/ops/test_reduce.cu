@@ -136,6 +136,8 @@ const std::vector<Case> cases = {
     {{300, 40}, {-1}, false},  {{33, 1031}, {0}, false}, {{5, 31, 33}, {0, 2}, true}, {{5, 31, 33}, {1}, false},
     {{3, 4, 5, 6}, {0, 1, 2, 3}, true}, {{testing::large(100003), 7}, {0}, false}, {{2, 4001, 33}, {1}, true},
     {{301, 4099}, {1}, false},  // 3 splits each: the second pass walks several outputs per block
+    {{1000, 10}, {1}, false},   {{777, 7}, {-1}, true},  // rows shorter than a warp: a thread per output
+    {{99, 28}, {1}, false},     // a thread per output with 16-byte loads (28 floats, 14 bf16 pairs)
 };
 
 }  // namespace

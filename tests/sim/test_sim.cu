@@ -76,6 +76,27 @@ __global__ void left_neighbour(const int* in, int* out, int n) {
     out[blockIdx.x * n + t] = t > 0 ? s[t - 1] : -1;
 }
 
+// Sums each item's 256 values: shuffles within warps, then warp 0 combines the 8 warp sums through
+// shared memory that the next item overwrites. Without the second barrier, a warp that runs ahead
+// into the next item overwrites a sum warp 0 has not read yet (the pattern of kernels::reduce).
+template <bool SecondBarrier>
+__global__ void items_through_shared(const int* in, int* out, int items) {
+    __shared__ int across[8];
+    const int t = int(threadIdx.x), lane = t % 32, w = t / 32;
+    for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
+        int v = in[item * 256 + t];
+        for (int d = 16; d >= 1; d /= 2) v += __shfl_down_sync(0xffffffffu, v, d);
+        if (lane == 0) across[w] = v;
+        __syncthreads();
+        if (t < 32) {
+            int sum = lane < 8 ? across[lane] : 0;
+            for (int d = 4; d >= 1; d /= 2) sum += __shfl_down_sync(0xffffffffu, sum, d);
+            if (t == 0) out[item] = sum;
+        }
+        if (SecondBarrier) __syncthreads();
+    }
+}
+
 __global__ void read_dynamic_before_write(unsigned* out, int n) {
     TESSEL_DYNAMIC_SHARED(unsigned, s);
     for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) out[i] = s[i];
@@ -194,6 +215,38 @@ TEST_CASE("the schedule shaker exposes a missing __syncthreads that in-order exe
         seed = s;
         exposed += !run(left_neighbour<false>);
         CHECK(run(left_neighbour<true>));  // the correct kernel is right in every schedule
+    }
+    seed = saved;
+    CHECK(exposed > 0);
+}
+#endif
+
+#if !defined(TESSEL_SIM_OS_THREADS)
+// Threads interleaved as released move warps forward together from one collective to the next, so
+// a barrier that only protects shared memory reused by the next item survives its deletion; the
+// shaker's warp schedules (one warp run ahead after a barrier, or one held back) expose it.
+TEST_CASE("the shaker's warp schedules expose a barrier missing before shared memory is reused", "[sim][shuffle]") {
+    const int items = 40, blocks = 4;
+    std::vector<int> in(std::size_t(items) * 256);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = int((i * 2654435761u) % 1000);
+    std::vector<int> want(items, 0);
+    for (int i = 0; i < items; ++i)
+        for (int t = 0; t < 256; ++t) want[std::size_t(i)] += in[std::size_t(i) * 256 + std::size_t(t)];
+    DeviceArray<int> din(in), dout{std::size_t(items)};
+    auto run = [&](auto kernel) {
+        dout.poison();
+        tessel::launch(kernel, blocks, 256, 0, nullptr, din.data(), dout.data(), items);
+        return dout.download() == want;
+    };
+    auto& seed = tessel::sim::config().shuffle_seed;
+    const auto saved = seed;
+    seed.reset();
+    CHECK(run(items_through_shared<false>));  // the plain order hides the missing barrier
+    int exposed = 0;
+    for (std::uint64_t s = 1; s <= 8; ++s) {
+        seed = s;
+        exposed += !run(items_through_shared<false>);
+        CHECK(run(items_through_shared<true>));  // with the barrier, right in every schedule
     }
     seed = saved;
     CHECK(exposed > 0);

@@ -204,7 +204,8 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     const LeafPlan* next = leaves.data();
     const auto lowered = expr_.lower(next);
     using Lowered = std::remove_cvref_t<decltype(lowered)>;
-    static_assert(sizeof(Lowered) + sizeof(kernels::StridedOutput<Out, std::uint64_t>) + 8 <= kernel_parameter_limit,
+    static_assert(sizeof(Lowered) + std::max(sizeof(kernels::StridedOutput<Out, std::uint32_t>), sizeof(kernels::StridedOutput<Out, std::uint64_t>)) + 8 <=
+                      kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
 
@@ -232,7 +233,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
         } else {
             kernels::StridedOutput<Out, I> o{out_.data(), it.shape.size(), {}, {}};
             for (int d = 0; d < it.shape.size(); ++d) {
-                o.shape[d] = I(it.shape[d]);
+                o.shape[d] = Divisor<I>::of(I(it.shape[d]));
                 o.stride[d] = it.out_strides[d];
             }
             launch(kernels::evaluate_strided<Out, Lowered, I>, GridDim(blocks_for_work(n), site), dim3(threads), 0, stream, o,

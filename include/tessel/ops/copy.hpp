@@ -85,7 +85,7 @@ template <class I>
 kernels::GatherStrided<I> strided_params(const MergedDims& m) {
     kernels::GatherStrided<I> g{m.shape.size(), {}, {}};
     for (int d = 0; d < m.shape.size(); ++d) {
-        g.shape[d] = I(m.shape[d]);
+        g.shape[d] = Divisor<I>::of(I(m.shape[d]));
         g.in_stride[d] = m.strides[d];
     }
     return g;

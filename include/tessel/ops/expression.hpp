@@ -134,7 +134,10 @@ private:
     template <class I>
     __host__ __device__ std::int64_t offset(const CoordIndex<I>& idx) const {
         std::int64_t o = 0;
-        for (int d = 0; d < idx.rank; ++d) o += std::int64_t(idx.coord[d]) * stride[d];
+        // Unrolled to max_rank with a guard: the caller's coordinates stay in registers.
+#pragma unroll
+        for (int d = 0; d < max_rank; ++d)
+            if (d < idx.rank) o += std::int64_t(idx.coord[d]) * stride[d];
         return o;
     }
 };

@@ -140,10 +140,14 @@ void launch_reduction(const Src& src, const Op& op, bool columns, std::int64_t M
         launch(kernels::reduce_columns<Op, Src, I>, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch,
                out);
     } else {
-        const int threads_per_output = K >= 1024 ? 256 : 32;
+        // A block per output for long rows, a warp for shorter ones, a thread for rows shorter than a
+        // warp: the choice depends on K only, so the order of combination on the shape only.
+        const int threads_per_output = K >= 1024 ? 256 : K >= 32 ? 32 : 1;
         const std::int64_t items = M * sp.splits, groups = 256 / threads_per_output;
         const GridDim grid(unsigned(std::clamp<std::int64_t>((items + groups - 1) / groups, 1, max_blocks(device, 32))), site);
-        auto kernel = threads_per_output == 256 ? kernels::reduce<256, V, Op, Src, I> : kernels::reduce<32, V, Op, Src, I>;
+        auto kernel = threads_per_output == 256 ? kernels::reduce<256, V, Op, Src, I>
+                      : threads_per_output == 32 ? kernels::reduce<32, V, Op, Src, I>
+                                                 : kernels::reduce<1, V, Op, Src, I>;
         launch(kernel, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch, out);
     }
     if (sp.splits > 1)
@@ -184,11 +188,11 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     auto go = [&]<class I>(I) {
         kernels::TensorSource<T, I> src{x.data(), {outer_shape.size(), inner_shape.size(), {}, {}, {}, {}}};
         for (int d = 0; d < outer_shape.size(); ++d) {
-            src.ix.outer_shape[d] = I(outer_shape[d]);
+            src.ix.outer_shape[d] = Divisor<I>::of(I(outer_shape[d]));
             src.ix.outer_stride[d] = outer_strides[d];
         }
         for (int d = 0; d < inner_shape.size(); ++d) {
-            src.ix.inner_shape[d] = I(inner_shape[d]);
+            src.ix.inner_shape[d] = Divisor<I>::of(I(inner_shape[d]));
             src.ix.inner_stride[d] = inner_strides[d];
         }
         if (vector) launch_reduction<V, Op, kernels::TensorSource<T, I>, I>(src, op, columns, M, K, sp, device, stream, site, out.data());
@@ -240,7 +244,9 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     const auto lowered = expr.lower(next);
     using Lowered = std::remove_cvref_t<decltype(lowered)>;
     // The kernel's parameters: the source (expression, K, rank, shape), the op, 4 indices, 2 pointers.
-    static_assert(sizeof(kernels::ExpressionSource<D, Lowered, std::uint64_t, false>) + sizeof(Op) + 4 * 8 + 2 * 8 <= kernel_parameter_limit,
+    static_assert(std::max(sizeof(kernels::ExpressionSource<D, Lowered, std::uint32_t, false>),
+                           sizeof(kernels::ExpressionSource<D, Lowered, std::uint64_t, false>)) + sizeof(Op) + 4 * 8 + 2 * 8 <=
+                      kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
     const bool linear = it.shape.size() == 1 &&
@@ -251,7 +257,7 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     auto go = [&]<class I, bool Linear>() {
         using Src = kernels::ExpressionSource<D, Lowered, I, Linear>;
         Src src{lowered, I(K), it.shape.size(), {}};
-        for (int d = 0; d < it.shape.size(); ++d) src.shape[d] = I(it.shape[d]);
+        for (int d = 0; d < it.shape.size(); ++d) src.shape[d] = Divisor<I>::of(I(it.shape[d]));
         launch_reduction<1, Op, Src, I>(src, op, false, M, K, sp, device, stream, site, out.data());
     };
     const bool small = M * K < std::numeric_limits<std::int32_t>::max() && M * sp.splits < std::numeric_limits<std::int32_t>::max();

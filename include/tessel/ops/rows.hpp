@@ -62,6 +62,14 @@ struct SoftmaxRow {
     __host__ __device__ C apply(const Prepared& p, C x, std::int64_t) const {
         return Log ? x - p.max - p.scale : math::exp(x - p.max) * p.scale;
     }
+    // The row in registers (kernels::rows_per_warp): the maximum first, then exp(x - max) once per
+    // element for the sum, kept for the output (softmax) or not needed by it (log_softmax). NaN or
+    // +inf anywhere, or a row of only -inf, make x - max NaN for some element, so the sum and the
+    // whole row NaN, as above.
+    static constexpr bool output_from_exp = !Log;
+    __host__ __device__ C shifted_exp(C x, C max) const { return math::exp(x - max); }
+    __host__ __device__ Prepared finish_max_sum(C max, C sum) const { return {max, Log ? math::log(sum) : C(1) / sum}; }
+    __host__ __device__ C apply_shifted(const Prepared& p, C v) const { return Log ? v - p.max - p.scale : v * p.scale; }
 };
 
 // (x - mean) / sqrt(var + eps) * weight + bias, population variance (Welford).
@@ -75,6 +83,7 @@ struct LayerNormRow {
     const T* weight;  // may be null: 1
     const T* bias;    // may be null: 0
     C eps;
+    static constexpr int column_parameters = 2;  // weight and bias (kernels::rows_per_warp_min_blocks)
     __host__ __device__ stats_t identity() const { return {C(0), C(0), 0}; }
     __host__ __device__ stats_t combine(stats_t a, stats_t b) const { return VarianceReducer<C, false>{}.combine(a, b); }
     // Welford's update: one division per element.
@@ -86,6 +95,9 @@ struct LayerNormRow {
     __host__ __device__ Prepared finish(stats_t s, std::int64_t n) const {
         return {s.mean, C(1) / math::sqrt(s.m2 / C(n) + eps)};
     }
+    // The row in registers (kernels::rows_per_warp): the mean and the sum of centred squares, taken
+    // in two exact passes instead of Welford's division per element.
+    __host__ __device__ Prepared centered(C mean, C squares, std::int64_t n) const { return {mean, C(1) / math::sqrt(squares / C(n) + eps)}; }
     __host__ __device__ C apply(const Prepared& p, C x, std::int64_t c) const {
         C y = (x - p.mean) * p.rstd;
         if (weight) y *= cast<C>(weight[c]);

@@ -234,6 +234,13 @@ public:
         order_ = detail::thread_order(n, detail::block_seed(block_idx));
         seed_ = detail::block_seed(block_idx);
         if (seed_) rng_.seed(seed_ + 1);
+        // With a seed, a block also takes one of three warp schedules: threads interleaved as
+        // released (a GPU-like round robin), one warp run ahead of the others after each block
+        // barrier, or one warp held back until nothing else can run (see lead_warp_).
+        warp_mode_ = seed_ ? WarpMode((seed_ >> 17) % 3) : WarpMode::interleaved;
+        warps_ = (n + 31) / 32;
+        lead_warp_ = -1;
+        held_.clear();
         plain_ = true;
         plain_pos_ = 0;
         fault_ = nullptr;
@@ -250,6 +257,10 @@ public:
         first->fctx = boost::context::detail::make_fcontext(s.top(), s.size, &FiberExecutor::plain_entry);
         resume(*first);
         while (!fault_) {
+            if (ready_.empty() && !held_.empty()) {  // the held-back warp runs once nothing else can
+                ready_.swap(held_);
+                lead_warp_ = -1;
+            }
             if (ready_.empty()) {
                 if (sync_.exited() == n) break;
                 try {
@@ -289,12 +300,42 @@ private:
     // a fiber of its own, in the (possibly shuffled) order the loop would have used.
     void promote() {
         plain_ = false;
-        for (unsigned i = plain_pos_; i < order_.size(); ++i) ready_.push_back(order_[i]);
+        choose_lead_warp();
+        released_.assign(order_.begin() + plain_pos_, order_.end());
+        queue(released_);
     }
 
     void enqueue_released() {
         if (seed_) std::shuffle(released_.begin(), released_.end(), rng_);
-        for (unsigned i : released_) ready_.push_back(i);
+        // A release of more than one warp's threads is a block barrier (or the block's start):
+        // the next lead warp is chosen there.
+        bool several_warps = false;
+        for (unsigned i : released_) several_warps = several_warps || threads_[i].warp != threads_[released_.front()].warp;
+        if (several_warps) choose_lead_warp();
+        queue(released_);
+    }
+
+    // A GPU lets one warp run far ahead of the others between block barriers; the sim's FIFO of
+    // released threads alone makes warps advance together from one collective to the next, so a
+    // barrier that only protects shared memory reused by the next iteration could be deleted unseen.
+    void choose_lead_warp() {
+        if (warp_mode_ != WarpMode::interleaved && warps_ > 1) lead_warp_ = int(rng_() % warps_);
+    }
+
+    // Queues threads to run: the lead warp's first (ahead) or after everything else (held back).
+    void queue(const std::vector<unsigned>& ids) {
+        if (lead_warp_ < 0) {
+            for (unsigned i : ids) ready_.push_back(i);
+            return;
+        }
+        for (auto it = ids.rbegin(); it != ids.rend(); ++it) {  // front insertions in reverse keep the order
+            if (int(threads_[*it].warp) != lead_warp_) continue;
+            if (warp_mode_ == WarpMode::ahead) ready_.push_front(*it);
+        }
+        for (unsigned i : ids) {
+            if (int(threads_[i].warp) != lead_warp_) ready_.push_back(i);
+            else if (warp_mode_ == WarpMode::held_back) held_.push_back(i);
+        }
     }
 
     void run_thread(SimThread& t) {
@@ -385,6 +426,11 @@ private:
     std::uint64_t seed_ = 0;
     bool plain_ = true;
     unsigned plain_pos_ = 0;
+    enum class WarpMode { interleaved, ahead, held_back };
+    WarpMode warp_mode_ = WarpMode::interleaved;
+    unsigned warps_ = 1;
+    int lead_warp_ = -1;          // the warp run ahead or held back; -1: none
+    std::deque<unsigned> held_;   // the held-back warp's threads, run when nothing else can
 };
 
 // The sim-tsan executor: each CUDA thread of the block is an OS thread of a reusable team.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include <tessel/core/divisor.hpp>
 #include <tessel/core/kernel.hpp>
 #include <tessel/tensor/layout.hpp>
 
@@ -61,21 +62,26 @@ __global__ void permute_tiles(const E* __restrict__ in, E* __restrict__ out, Per
 template <class I>
 struct GatherStrided {
     int rank;
-    I shape[max_rank];
+    Divisor<I> shape[max_rank];
     std::int64_t in_stride[max_rank];
 
-    // Where the o-th element in row-major order lies in the strided tensor.
+    // Where the o-th element in row-major order lies in the strided tensor (unrolled to max_rank
+    // with a guard: the parameters are read in place, not copied to local memory).
     __device__ std::int64_t offset(I o) const {
         std::int64_t at = 0;
-        for (int d = rank - 1; d >= 0; --d) {
-            at += std::int64_t(o % shape[d]) * in_stride[d];
-            o /= shape[d];
+#pragma unroll
+        for (int d = max_rank - 1; d >= 0; --d) {
+            if (d < rank) {
+                I r;
+                shape[d].divmod(o, o, r);
+                at += std::int64_t(r) * in_stride[d];
+            }
         }
         return at;
     }
 };
 
-// budget: threads 256, registers 40
+// budget: threads 256, registers 32, hot
 template <class E, class I>
 __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
     for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
@@ -85,7 +91,7 @@ __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, Ga
 
 // The reverse: contiguous `in` written in row-major order into the strided view `out` (g.in_stride
 // holds the view's strides). Reads are coalesced; copy_ uses it for strided device destinations.
-// budget: threads 256, registers 40
+// budget: threads 256, registers 32, hot
 template <class E, class I>
 __global__ void scatter_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
     for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include <tessel/core/divisor.hpp>
 #include <tessel/core/kernel.hpp>
 #include <tessel/ops/expression.hpp>
 
@@ -24,9 +25,9 @@ template <class I>
 struct ReduceIndexer {
     int outer_rank;
     int inner_rank;
-    I outer_shape[max_rank];
+    Divisor<I> outer_shape[max_rank];
     std::int64_t outer_stride[max_rank];
-    I inner_shape[max_rank];
+    Divisor<I> inner_shape[max_rank];
     std::int64_t inner_stride[max_rank];
 
     __host__ __device__ std::int64_t outer(I o) const { return offset(o, outer_rank, outer_shape, outer_stride); }
@@ -35,11 +36,16 @@ struct ReduceIndexer {
     }
 
 private:
-    __host__ __device__ static std::int64_t offset(I i, int rank, const I* shape, const std::int64_t* stride) {
+    // Unrolled to max_rank with a guard, so the parameters are read in place, not copied to local memory.
+    __host__ __device__ static std::int64_t offset(I i, int rank, const Divisor<I>* shape, const std::int64_t* stride) {
         std::int64_t at = 0;
-        for (int d = rank - 1; d >= 0; --d) {
-            at += std::int64_t(i % shape[d]) * stride[d];
-            i /= shape[d];
+#pragma unroll
+        for (int d = max_rank - 1; d >= 0; --d) {
+            if (d < rank) {
+                I r;
+                shape[d].divmod(i, i, r);
+                at += std::int64_t(r) * stride[d];
+            }
         }
         return at;
     }
@@ -64,7 +70,7 @@ struct ExpressionSource {
     E expr;
     I K;
     int rank;
-    I shape[max_rank];
+    Divisor<I> shape[max_rank];
     __device__ I row(I o) const { return o * K; }
     __device__ D at(I row, I k) const {
         const I i = row + k;
@@ -73,9 +79,10 @@ struct ExpressionSource {
         } else {
             I coord[max_rank];
             I rest = i;
-            for (int d = rank - 1; d >= 0; --d) {
-                coord[d] = rest % shape[d];
-                rest /= shape[d];
+#pragma unroll
+            for (int d = max_rank - 1; d >= 0; --d) {
+                coord[d] = 0;
+                if (d < rank) shape[d].divmod(rest, rest, coord[d]);
             }
             return ops::cast<D>(expr.eval(ops::CoordIndex<I>{coord, rank}));
         }
@@ -101,15 +108,16 @@ __device__ A warp_combine(const Op& op, A acc, int width) {
     return acc;
 }
 
-// Threads: 32 or 256 threads per work item (blockDim.x must be 256). V: elements per vector load
+// Threads: 1, 32 or 256 threads per work item (blockDim.x must be 256); 1 is for rows shorter than a
+// warp (argmax over 10 classes), which would otherwise keep 1 or 2 lanes of each warp busy. V: elements per vector load
 // (1, or 16 bytes' worth when the host found every row of a TensorSource contiguous, aligned and a
 // multiple of V long).
-// budget: threads 256, registers 56
+// budget: threads 256, registers 56, hot
 template <int Threads, int V, class Op, class Src, class I>
 __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
                        typename Op::out_t* __restrict__ out) {
     using T = typename Src::value_type;
-    static_assert(Threads == 32 || Threads == 256, "a reduction group is a warp or the whole block");
+    static_assert(Threads == 1 || Threads == 32 || Threads == 256, "a reduction group is a thread, a warp or the whole block");
     using A = typename Op::acc_t;
     constexpr int groups = 256 / Threads;
     __shared__ A across_warps[8];
@@ -132,7 +140,7 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
                 for (I k = begin + I(lane); k < end; k += I(Threads)) acc = op.combine(acc, op.load(src.at(row, k), std::int64_t(k)));
             }
         }
-        acc = warp_combine(op, acc, 32);
+        if constexpr (Threads > 1) acc = warp_combine(op, acc, 32);
         if constexpr (Threads == 256) {
             if (lane % 32 == 0) across_warps[lane / 32] = acc;
             __syncthreads();
@@ -151,7 +159,7 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
 // reduced elements that are not. A 256-thread block takes 32 neighbouring outputs: thread (x, y)
 // accumulates output x over elements y, y + 8, ... of the split, so each warp reads 32 neighbours
 // per step (coalesced); the 8 partial values of an output then combine in order through shared memory.
-// budget: threads 256, registers 56
+// budget: threads 256, registers 56, hot
 template <class Op, class Src, class I>
 __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
                                typename Op::out_t* __restrict__ out) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include <tessel/kernels/reduce.cuh>
 
@@ -50,46 +51,129 @@ __device__ S block_combine(const Op& op, S s, S* across_warps) {
     return all;
 }
 
+// Every lane of a warp gets f over all 32 lanes' values, by an xor butterfly: at each step a lane
+// and its partner compute f(a, b) and f(b, a), the same for commutative f (+, max), so all agree.
+template <class F, class C>
+__device__ C warp_all(F f, C x) {
+    for (int d = 16; d >= 1; d /= 2) {
+        unsigned w[(sizeof(C) + 3) / 4];
+        std::memcpy(w, &x, sizeof(C));
+        for (auto& word : w) word = __shfl_xor_sync(0xffffffffu, word, d);
+        C y;
+        std::memcpy(&y, w, sizeof(C));
+        x = f(x, y);
+    }
+    return x;
+}
+
+// Blocks per SM the warp path asks the compiler to fit (__launch_bounds__). A lane's PerLane values
+// take PerLane * sizeof(C) / 4 registers, and an op that reads per-column parameters (layer_norm's
+// weight and bias: Op::column_parameters) has their loads in flight too: 32 floats with no or one
+// parameter fit under 80 registers (3 blocks of 256 threads), 8 under 64 (4 blocks), 32 doubles or
+// 32 floats with two parameters under 128 (2 blocks).
+template <class Op>
+inline constexpr int column_parameters = [] {
+    if constexpr (requires { Op::column_parameters; }) return Op::column_parameters;
+    else return 0;
+}();
+template <int PerLane, class Op>
+inline constexpr int rows_per_warp_min_blocks = [] {
+    const int bytes = PerLane * int(sizeof(typename Op::compute_t)) * (column_parameters<Op> > 1 ? 2 : 1);
+    return bytes <= 32 ? 4 : bytes <= 128 ? 3 : 2;
+}();
+
 // A warp per row (8 rows per 256-thread block); each lane keeps PerLane values (PerLane / V vectors).
-// budget: threads 256, registers 232, hot
+// Every load of the row is issued before any value is used (the lane's vectors sit at immediate
+// offsets from one address), then the statistics are taken from registers: ops that define
+// `shifted_exp` (softmax) reduce the maximum first and compute exp(x - max) once per element,
+// reused by the output; ops that define `centered` (layer_norm) take the mean, then the centred
+// squares (two exact passes over registers, no division per element); others fold `accumulate`.
+// budget: threads 256, registers 128, hot
 template <int PerLane, int V, class Op, class T, class I>
-__global__ void rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
+__global__ void __launch_bounds__(256, rows_per_warp_min_blocks<PerLane, Op>)
+rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
     static_assert(PerLane % V == 0, "a lane holds whole vectors");
-    using S = typename Op::stats_t;
     using C = typename Op::compute_t;
     using P = ops::Packed<T, V>;
     constexpr int vectors = PerLane / V;
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    const int n = int(cols);  // at most 1024 on this path
+    // With V > 1, cols is a multiple of V: a vector is all in the row or all out of it.
+    auto in_row = [&](int k) { return (lane + k * 32) * V < n; };
     for (I base = I(blockIdx.x) * 8; base < rows; base += I(gridDim.x) * 8) {
         const I row = base + I(warp);
         if (row >= rows) continue;  // whole warps only: the shuffles below stay uniform
-        const T* x = in + std::int64_t(row) * cols;
+        const T* x = in + std::int64_t(row) * cols + lane * V;
         C v[PerLane];
-        S s = op.identity();
 #pragma unroll
         for (int k = 0; k < vectors; ++k) {
-            const I c = (I(lane) + I(k) * 32) * V;
-            if (c < cols) {  // with V > 1, cols is a multiple of V: the whole vector is in the row
-                const P p = *reinterpret_cast<const P*>(x + c);
+            if (in_row(k)) {
+                const P p = *reinterpret_cast<const P*>(x + k * 32 * V);
 #pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    v[k * V + j] = ops::cast<C>(p.v[j]);
-                    s = op.accumulate(s, v[k * V + j]);
-                }
+                for (int j = 0; j < V; ++j) v[k * V + j] = ops::cast<C>(p.v[j]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[k * V + j] = C(0);
             }
         }
-        s = warp_broadcast(warp_combine(op, s, 32));
-        const auto f = op.finish(s, cols);
-        T* y = out + std::int64_t(row) * cols;
+        T* y = out + std::int64_t(row) * cols + lane * V;
+        auto store = [&](auto&& value) {
 #pragma unroll
-        for (int k = 0; k < vectors; ++k) {
-            const I c = (I(lane) + I(k) * 32) * V;
-            if (c < cols) {
-                P p;
+            for (int k = 0; k < vectors; ++k) {
+                if (in_row(k)) {
+                    P p;
 #pragma unroll
-                for (int j = 0; j < V; ++j) p.v[j] = ops::cast<T>(op.apply(f, v[k * V + j], std::int64_t(c) + j));
-                *reinterpret_cast<P*>(y + c) = p;
+                    for (int j = 0; j < V; ++j) p.v[j] = ops::cast<T>(value(k * V + j, std::int64_t(lane * V + k * 32 * V + j)));
+                    *reinterpret_cast<P*>(y + k * 32 * V) = p;
+                }
             }
+        };
+        if constexpr (requires(const Op& o) { o.shifted_exp(C(0), C(0)); }) {
+            C m = -std::numeric_limits<C>::infinity();
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) m = ops::Maximum{}(m, v[k * V + j]);
+            m = warp_all(ops::Maximum{}, m);
+            C sum = 0;
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        const C e = op.shifted_exp(v[k * V + j], m);
+                        sum += e;
+                        if constexpr (Op::output_from_exp) v[k * V + j] = e;
+                    }
+            sum = warp_all([](C a, C b) { return a + b; }, sum);
+            const auto f = op.finish_max_sum(m, sum);
+            store([&](int i, std::int64_t) { return op.apply_shifted(f, v[i]); });
+        } else if constexpr (requires(const Op& o) { o.centered(C(0), C(0), std::int64_t(0)); }) {
+            C total = 0;
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) total += v[k * V + j];
+            const C mean = warp_all([](C a, C b) { return a + b; }, total) / C(n);
+            C squares = 0;
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) squares += (v[k * V + j] - mean) * (v[k * V + j] - mean);
+            const auto f = op.centered(mean, warp_all([](C a, C b) { return a + b; }, squares), std::int64_t(n));
+            store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); });
+        } else {
+            auto s = op.identity();
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) s = op.accumulate(s, v[k * V + j]);
+            const auto f = op.finish(warp_broadcast(warp_combine(op, s, 32)), cols);
+            store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); });
         }
     }
 }

@@ -1,0 +1,50 @@
+// Division by a number fixed at launch, for the index arithmetic of the strided kernels: a 32-bit
+// division is a ~20-instruction software routine on NVIDIA GPUs (a 64-bit one a subroutine call),
+// while a divisor known before the launch turns each quotient into a multiply and a shift
+// (Granlund and Montgomery: m = ceil(2^(32+p) / d) with p = ceil(log2 d) gives floor(n / d) =
+// floor(n * m / 2^(32+p)) for every n < 2^32; n < 2^31 keeps n * m within 64 bits). 64-bit index
+// types keep the plain division: tensors of 2^31 elements and more are rare and their kernels are
+// memory-bound anyway.
+#pragma once
+
+#include <cstdint>
+
+#include "kernel.hpp"
+
+namespace tessel {
+
+template <class I>
+struct Divisor {
+    I d;
+    static Divisor of(I v) { return {v}; }
+    __host__ __device__ I value() const { return d; }
+    __host__ __device__ I divide(I n) const { return n / d; }
+    // n / d into quotient, n % d into remainder.
+    __host__ __device__ void divmod(I n, I& quotient, I& remainder) const {
+        quotient = n / d;
+        remainder = n - quotient * d;
+    }
+};
+
+// Valid for dividends and divisors below 2^31 (the 32-bit index paths hold fewer than 2^31 elements).
+template <>
+struct Divisor<std::uint32_t> {
+    std::uint32_t d;
+    std::uint32_t shift;  // 32 + ceil(log2 d)
+    std::uint64_t multiplier;
+    static Divisor of(std::uint32_t v) {
+        if (v == 0) return {0, 32, 0};  // an empty dim: nothing is ever divided by it
+        std::uint32_t p = 0;
+        while ((std::uint64_t(1) << p) < v) ++p;
+        const std::uint64_t m = ((std::uint64_t(1) << (32 + p)) + v - 1) / v;  // 2^(32+p) / d rounded up, < 2^34
+        return {v, 32 + p, m};
+    }
+    __host__ __device__ std::uint32_t value() const { return d; }
+    __host__ __device__ std::uint32_t divide(std::uint32_t n) const { return std::uint32_t((std::uint64_t(n) * multiplier) >> shift); }
+    __host__ __device__ void divmod(std::uint32_t n, std::uint32_t& quotient, std::uint32_t& remainder) const {
+        quotient = divide(n);
+        remainder = n - quotient * d;
+    }
+};
+
+}  // namespace tessel
