@@ -302,6 +302,60 @@ TEST_CASE("broadcasting, strided and permuted operands, strided outputs", "[ops]
     CHECK(testing::launch_count() == before);
 }
 
+// Row and column broadcasts over rows aligned to the vector width run evaluate_rows: V columns
+// per thread, the last cols % V of each row one by one (rows padded apart so that the tail is
+// not a multiple of V); rows that are not aligned fall back to evaluate_strided. Tolerances: the
+// result is computed in float (double for double) and rounded once to T, so within half an ulp
+// of T: 2^-11 relative for half, 2^-24 for float, 2^-53 for double.
+TEMPLATE_TEST_CASE("row and column broadcasts take the row kernel", "[ops][expression]", float, __half, double) {
+    using T = TestType;
+    const double rtol = std::is_same_v<T, __half> ? 1e-3 : std::is_same_v<T, float> ? 1e-6 : 1e-15;
+    auto expect_kernel = [](const char* name) {
+        if (backend == Backend::sim) CHECK_THAT(testing::last_kernel(), Catch::Contains(name));
+    };
+    {  // bias add, [37, 64] + [64]: whole vectors
+        auto a = random_operand<T>({37, 64}, 41), bias = random_operand<T>({64}, 42);
+        auto out = poisoned<T>({37, 64});
+        (out = a.dev + bias.dev).run();
+        expect_kernel("evaluate_rows");
+        check(out, [&](const auto& i) { return as_double(at(a.host, i)) + as_double(at(bias.host, {i[1]})); }, 0, rtol, "bias add");
+    }
+    {  // rows of 101 inside rows of 104: each row ends in a partial vector
+        auto a = random_operand<T>({37, 104}, 43), bias = random_operand<T>({101}, 44);
+        auto whole = poisoned<T>({37, 104});
+        auto out = whole.slice(1, 0, 101);
+        auto av = Operand<T>{a.dev.slice(1, 0, 101), a.host.slice(1, 0, 101)};
+        (out = av.dev * bias.dev - 1).run();
+        expect_kernel("evaluate_rows");
+        check(out, [&](const auto& i) { return as_double(at(av.host, i)) * as_double(at(bias.host, {i[1]})) - 1; }, 0, rtol, "padded rows");
+        // The padding columns keep their poison.
+        const Tensor<T> h = whole.to_host();
+        std::size_t written = 0;
+        for (std::int64_t r = 0; r < 37; ++r)
+            for (std::int64_t c = 101; c < 104; ++c) written += !std::isnan(as_double(at(h, {r, c})));
+        CHECK(written == 0);
+    }
+    {  // column scale, [33, 48] * [33, 1], and a mixed-type operand
+        auto a = random_operand<T>({33, 48}, 45), scale = random_operand<T>({33, 1}, 46);
+        auto f = random_operand<float>({48}, 47);
+        auto out = poisoned<T>({33, 48});
+        (out = a.dev * scale.dev).run();
+        expect_kernel("evaluate_rows");
+        check(out, [&](const auto& i) { return as_double(at(a.host, i)) * as_double(at(scale.host, {i[0], 0})); }, 0, rtol, "column scale");
+        auto mixed = poisoned<T>({33, 48});
+        (mixed = a.dev + f.dev).run();
+        expect_kernel("evaluate_rows");
+        check(mixed, [&](const auto& i) { return as_double(at(a.host, i)) + double(at(f.host, {i[1]})); }, 0, rtol, "mixed types");
+    }
+    {  // rows of 101 elements start unaligned: the strided kernel, same results
+        auto a = random_operand<T>({37, 101}, 48), bias = random_operand<T>({101}, 49);
+        auto out = poisoned<T>({37, 101});
+        (out = a.dev + bias.dev).run();
+        expect_kernel("evaluate_strided");
+        check(out, [&](const auto& i) { return as_double(at(a.host, i)) + as_double(at(bias.host, {i[1]})); }, 0, rtol, "unaligned rows");
+    }
+}
+
 TEST_CASE("in-place updates and the aliasing rules", "[ops][expression]") {
     const std::int64_t n = testing::large(1000003);
     auto a = random_operand<float>({n}, 41), b = random_operand<float>({n}, 42);

@@ -3,6 +3,13 @@
 // leave partial tiles; the output's cache block is poisoned first.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <set>
+#include <vector>
+
+#include <tessel/kernels/permute.cuh>
 #include <tessel/ops/copy.hpp>
 
 #include "../reference/elementwise.hpp"
@@ -64,6 +71,164 @@ TEMPLATE_TEST_CASE("contiguous() of permuted, sliced and broadcast device views"
         check_view("broadcast rows", d.expand({31, 33}), h.expand({31, 33}));
         check_view("broadcast, transposed", d.expand({31, 33}).transpose(0, 1), h.expand({31, 33}).transpose(0, 1));
     }
+}
+
+// The tiled transpose moves 16-byte chunks where every row on both sides is aligned to them, and
+// 4-byte chunks of 1- and 2-byte elements where rows are aligned to those; partial tiles and
+// partial chunks at the edges still occur.
+TEMPLATE_TEST_CASE("contiguous() of transposes whose rows allow chunked access", "[ops][permute]", std::int8_t, __half, float, double) {
+    using T = TestType;
+    {
+        auto [d, h] = testing::random_pair<T>({80, 48}, 8);  // rows of 16k elements: 16-byte chunks for every type
+        check_view("aligned 2-d transpose", d.transpose(0, 1), h.transpose(0, 1));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({144, 160}, 17);  // whole tiles and partial ones
+        check_view("aligned 2-d transpose, whole tiles", d.transpose(0, 1), h.transpose(0, 1));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({80, 64}, 9);  // 50 = 3 * 16 + 2: a partial chunk ends each input row
+        check_view("aligned rows, partial chunks", d.slice(1, 0, 50).transpose(0, 1), h.slice(1, 0, 50).transpose(0, 1));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({132, 136}, 10);  // rows of 4k elements: 4-byte chunks for int8 and half
+        check_view("rows aligned to 4 elements", d.transpose(0, 1), h.transpose(0, 1));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({3, 80, 48}, 11);
+        check_view("aligned batched transpose", d.permute({0, 2, 1}), h.permute({0, 2, 1}));
+        check_view("aligned transpose, batch in between", d.permute({2, 0, 1}), h.permute({2, 0, 1}));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({16, 200}, 12);
+        check_view("an offset view", d.slice(1, 1, 161).transpose(0, 1), h.slice(1, 1, 161).transpose(0, 1));  // not 16-byte aligned
+    }
+}
+
+// A gather that keeps the fastest dim moves it in words of up to 16 bytes where its size, the
+// other strides and both ends allow.
+TEMPLATE_TEST_CASE("contiguous() of permutes keeping the last dim", "[ops][permute]", std::int8_t, __half, float, double) {
+    using T = TestType;
+    {
+        auto [d, h] = testing::random_pair<T>({2, 3, 5, 16}, 13);
+        check_view("last dim of 16", d.permute({2, 0, 1, 3}), h.permute({2, 0, 1, 3}));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({2, 3, 5, 6}, 14);  // 2-element words at most
+        check_view("last dim of 6", d.permute({2, 0, 1, 3}), h.permute({2, 0, 1, 3}));
+    }
+    {
+        auto [d, h] = testing::random_pair<T>({7, 40}, 15);
+        check_view("rows sliced to 24", d.slice(1, 8, 32), h.slice(1, 8, 32));
+        check_view("rows sliced from an odd column", d.slice(1, 3, 27), h.slice(1, 3, 27));
+    }
+}
+
+// copy_ into a strided device view writes exactly the view's elements (the scatter kernel, whole
+// words where the fastest dim is kept); every other element keeps its poison.
+TEMPLATE_TEST_CASE("copy_ into strided device views", "[ops][permute]", std::int8_t, __half, float, double) {
+    using T = TestType;
+    auto check = [](const std::string& what, const std::function<Tensor<T>(const Tensor<T>&)>& view, const Shape& whole) {
+        INFO(what);
+        Tensor<T> dst = empty<T>(whole);
+        rt::memset_async(dst.data(), 0xFF, std::size_t(dst.numel()) * sizeof(T), current_stream().handle());
+        const Tensor<T> target = view(dst);
+        auto [src, src_host] = testing::random_pair<T>(target.shape(), 16);
+        target.copy_(src);
+        const Tensor<T> got = dst.to_host();
+        // The same view of a host tensor holding the poison, written on the host, is the reference.
+        Tensor<T> want = empty<T>(whole, {.space = MemorySpace::host});
+        std::memset(static_cast<void*>(want.data()), 0xFF, std::size_t(want.numel()) * sizeof(T));
+        view(want).copy_(src_host);
+        CHECK(std::memcmp(got.data(), want.data(), std::size_t(want.numel()) * sizeof(T)) == 0);
+    };
+    check("columns 8..32 of [7, 40]", [](const Tensor<T>& t) { return t.slice(1, 8, 32); }, {7, 40});
+    check("columns 3..27 of [7, 40]", [](const Tensor<T>& t) { return t.slice(1, 3, 27); }, {7, 40});
+    check("a transposed [33, 31]", [](const Tensor<T>& t) { return t.transpose(0, 1); }, {33, 31});
+    check("a 4-d permutation keeping the last dim", [](const Tensor<T>& t) { return t.permute({2, 0, 1, 3}); }, {2, 3, 5, 16});
+}
+
+// TileMap (kernels/tessel/kernels/permute.cuh): the threads' chunks cover every element of a tile
+// once in each phase, and under the shared-memory bank model (32 banks of 4 bytes; a request of
+// 4 bytes or less per thread served per warp, of 8 per half-warp, of 16 per quarter-warp, and
+// accesses to one word sharing it) every warp's stores down columns and loads along rows take one
+// wavefront per group: no bank conflicts.
+namespace {
+
+template <int Bytes, int V, int Tile = 64>
+void check_tile_map() {
+    using Map = kernels::TileMap<Bytes, Tile, V>;
+    constexpr int tile = Tile;
+    INFO(Bytes << "-byte elements in chunks of " << V << ", tiles of " << Tile);
+    // Coverage: (chunk, row) over threads and passes visits every chunk of the tile once, and at()
+    // is a one-to-one map of the tile onto its shared memory keeping each chunk contiguous.
+    std::vector<int> seen(tile * tile, 0), placed(tile * tile, 0);
+    for (int t = 0; t < Map::threads; ++t)
+        for (int q = 0; q < Map::passes; ++q)
+            for (int k = 0; k < V; ++k) ++seen[Map::row(t, q) * tile + Map::chunk(t) * V + k];
+    CHECK(std::count(seen.begin(), seen.end(), 1) == tile * tile);
+    for (int r = 0; r < tile; ++r)
+        for (int c = 0; c < tile; ++c) {
+            ++placed[Map::at(r, c)];
+            if (c % V) CHECK(Map::at(r, c) == Map::at(r, c - 1) + 1);
+        }
+    CHECK(std::count(placed.begin(), placed.end(), 1) == tile * tile);
+    if (V > 1) {
+        for (int r = 0; r < tile; ++r) CHECK(Map::at(r, 0) % V == 0);
+    }
+
+    // Wavefronts of one warp's request: byte addresses per lane, `width` bytes each.
+    auto wavefronts = [](const std::array<int, 32>& address, int width) {
+        const int group = width <= 4 ? 32 : 128 / width;
+        int total = 0;
+        for (int g = 0; g < 32; g += group) {
+            std::array<std::set<int>, 32> words;
+            for (int lane = g; lane < g + group; ++lane)
+                for (int w = address[lane] / 4; w <= (address[lane] + width - 1) / 4; ++w) words[std::size_t(w % 32)].insert(w);
+            std::size_t most = 0;
+            for (const auto& b : words) most = std::max(most, b.size());
+            total += int(most);
+        }
+        return total;
+    };
+    int worst_store = 0, worst_load = 0;
+    for (int warp = 0; warp < Map::threads / 32; ++warp)
+        for (int q = 0; q < Map::passes; ++q) {
+            // Phase 1: element k of the thread's chunk of input row j goes to tile row c + k, column j.
+            for (int k = 0; k < V; ++k) {
+                std::array<int, 32> a{};
+                for (int lane = 0; lane < 32; ++lane) {
+                    const int t = warp * 32 + lane;
+                    a[std::size_t(lane)] = Map::at(Map::chunk(t) * V + k, Map::row(t, q)) * Bytes;
+                }
+                worst_store = std::max(worst_store, wavefronts(a, Bytes) - (Bytes <= 4 ? 1 : 32 * Bytes / 128));
+            }
+            // Phase 2: a chunk of tile row i.
+            std::array<int, 32> a{};
+            for (int lane = 0; lane < 32; ++lane) {
+                const int t = warp * 32 + lane;
+                a[std::size_t(lane)] = Map::at(Map::row(t, q), Map::chunk(t) * V) * Bytes;
+            }
+            worst_load = std::max(worst_load, wavefronts(a, V * Bytes) - (V * Bytes <= 4 ? 1 : 32 * V * Bytes / 128));
+        }
+    CHECK(worst_store == 0);
+    CHECK(worst_load == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the tiled transpose's shared memory has no bank conflicts", "[ops][permute]") {
+    check_tile_map<1, 16, 128>();  // the tiles ops/copy.hpp uses for chunked 1-byte elements
+    check_tile_map<1, 16>();
+    check_tile_map<1, 4>();
+    check_tile_map<1, 1>();
+    check_tile_map<2, 8>();
+    check_tile_map<2, 2>();
+    check_tile_map<2, 1>();
+    check_tile_map<4, 4>();
+    check_tile_map<4, 1>();
+    check_tile_map<8, 2>();
+    check_tile_map<8, 1>();
 }
 
 TEST_CASE("clone() and to() of a permuted view use the device gather", "[ops][permute]") {

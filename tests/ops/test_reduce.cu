@@ -138,6 +138,9 @@ const std::vector<Case> cases = {
     {{301, 4099}, {1}, false},  // 3 splits each: the second pass walks several outputs per block
     {{1000, 10}, {1}, false},   {{777, 7}, {-1}, true},  // rows shorter than a warp: a thread per output
     {{99, 28}, {1}, false},     // a thread per output with 16-byte loads (28 floats, 14 bf16 pairs)
+    {{4097, 3}, {0}, false},    // narrow columns: blocks of 4 outputs (64 slices each), split
+    {{1001, 16}, {0}, true},    // blocks of 16 outputs
+    {{2, 999, 4}, {1}, false},  // 8 outputs over two kept dims, blocks of 16
 };
 
 }  // namespace

@@ -72,6 +72,14 @@ inline std::uint64_t launch_count() {
     return 0;
 #endif
 }
+// The kernel launched last, demangled ("" on CUDA).
+inline std::string last_kernel() {
+#if defined(TESSEL_BACKEND_SIM)
+    return sim::last_kernel_name();
+#else
+    return {};
+#endif
+}
 // Of those, the launches in thread-block clusters (0 on CUDA as well).
 inline std::uint64_t cluster_launch_count() {
 #if defined(TESSEL_BACKEND_SIM)

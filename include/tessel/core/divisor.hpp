@@ -47,4 +47,27 @@ struct Divisor<std::uint32_t> {
     }
 };
 
+// Calls f(d, coordinate) for each of the first `rank` dims of row-major flat index i over `shape`,
+// last dim first. Unrolled to MaxRank with a guard, so a kernel's parameters are read where they
+// are and the coordinates stay in registers (a loop bounded by `rank` copies both to local memory).
+template <int MaxRank, class I, class F>
+__host__ __device__ inline void for_each_coordinate(I i, int rank, const Divisor<I>* shape, F&& f) {
+#pragma unroll
+    for (int d = MaxRank - 1; d >= 0; --d) {
+        if (d < rank) {
+            I coordinate;
+            shape[d].divmod(i, i, coordinate);
+            f(d, coordinate);
+        }
+    }
+}
+
+// Where row-major flat index i over `shape` lies in a tensor of `stride`s (in elements).
+template <int MaxRank, class I>
+__host__ __device__ inline std::int64_t strided_offset(I i, int rank, const Divisor<I>* shape, const std::int64_t* stride) {
+    std::int64_t at = 0;
+    for_each_coordinate<MaxRank>(i, rank, shape, [&](int d, I k) { at += std::int64_t(k) * stride[d]; });
+    return at;
+}
+
 }  // namespace tessel

@@ -216,11 +216,20 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     };
     const bool contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
                             std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
+    constexpr int V = int(16 / std::max(sizeof(Out), E::widest)) > 0 ? int(16 / std::max(sizeof(Out), E::widest)) : 1;
+    // Rank 2 with every column stride 0 or 1 and every row start aligned to V: the row kernel.
+    bool rows = V > 1 && !contiguous && it.shape.size() == 2 && it.shape[1] >= V && it.out_strides[1] == 1 &&
+                it.out_strides[0] % V == 0 && detail::aligned(out_.data(), V * sizeof(Out));
+    for (const LeafPlan& l : leaves)
+        rows = rows && (l.strides[1] == 0 || (l.strides[1] == 1 && l.strides[0] % V == 0 && detail::aligned(l.data, V * l.element_size)));
     const bool small = n < std::numeric_limits<std::int32_t>::max();
     DeviceGuard guard(device);
     auto go = [&]<class I>(I) {
-        if (contiguous) {
-            constexpr int V = int(16 / std::max(sizeof(Out), E::widest)) > 0 ? int(16 / std::max(sizeof(Out), E::widest)) : 1;
+        if (rows) {
+            const std::int64_t chunks_per_row = (it.shape[1] + V - 1) / V, chunks = it.shape[0] * chunks_per_row;
+            launch(kernels::evaluate_rows<V, Out, Lowered, I>, GridDim(blocks_for_work(chunks), site), dim3(threads), 0, stream,
+                   out_.data(), it.out_strides[0], lowered, I(it.shape[1]), Divisor<I>::of(I(chunks_per_row)), I(chunks));
+        } else if (contiguous) {
             bool vector = V > 1 && detail::aligned(out_.data(), V * sizeof(Out));
             for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || detail::aligned(l.data, V * l.element_size));
             if (vector) {

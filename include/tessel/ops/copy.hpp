@@ -80,6 +80,35 @@ inline MergedDims merge_dims(const Layout& layout) {
     return m;
 }
 
+// 16 bytes moved as one: the word of gathers whose fastest dim is regrouped (widen_fastest_dim).
+struct alignas(16) Word16 {
+    std::uint64_t lo, hi;
+};
+// with_element_word, and 16-byte words.
+template <class F>
+void with_word(const char* what, std::size_t bytes, F&& f) {
+    if (bytes == 16) f(Word16{});
+    else with_element_word(what, bytes, f);
+}
+
+// Where the fastest dim of m has stride 1 and its size, the other strides and both first elements
+// allow it, regroups that dim into words of up to 16 bytes, so the gather moves a word per access
+// (a [.., 64] bf16 permute keeping its last dim: 8 elements). Returns the word's size in bytes.
+inline std::size_t widen_fastest_dim(MergedDims& m, std::size_t element_size, const void* a, const void* b) {
+    const int last = m.shape.size() - 1;
+    if (m.strides[last] != 1) return element_size;
+    for (std::size_t word = 16; word > element_size; word /= 2) {
+        const auto group = std::int64_t(word / element_size);
+        bool fits = m.shape[last] % group == 0 && detail::aligned(a, word) && detail::aligned(b, word);
+        for (int d = 0; fits && d < last; ++d) fits = m.strides[d] % group == 0;
+        if (!fits) continue;
+        m.shape[last] /= group;
+        for (int d = 0; d < last; ++d) m.strides[d] /= group;
+        return word;
+    }
+    return element_size;
+}
+
 // The gather/scatter kernels' description of merged dims m, and their grid for n elements.
 template <class I>
 kernels::GatherStrided<I> strided_params(const MergedDims& m) {
@@ -94,73 +123,108 @@ inline unsigned strided_blocks(std::int64_t n, Device device) {
     return unsigned(std::clamp<std::int64_t>((n + 255) / 256, 1, detail::max_blocks(device, 32)));
 }
 
+// The tiled transpose of merged dims m into contiguous `to`: i is the input's stride-1 dim, j (the
+// last) the output's. Chunks of 16 bytes where every row on both sides starts 16-byte aligned,
+// else of 4 bytes for 1- and 2-byte elements where rows allow that, else single elements.
+template <class E, class I>
+void permute_by_tiles(const E* from, E* to, const MergedDims& m, int i, rt::stream_t stream, Device device) {
+    // 1-byte tiles in 16-byte chunks are 128 wide (16 KB, as 4-byte ones): a thread moves 64 elements.
+    constexpr int tile = 64, byte_tile = sizeof(E) == 1 ? 128 : 64;
+    const Shape &shape = m.shape, &in = m.strides;
+    const int r = shape.size(), j = r - 1;
+    Shape out = shape;  // the contiguous output's strides
+    out[r - 1] = 1;
+    for (int d = r - 2; d >= 0; --d) out[d] = out[d + 1] * shape[d + 1];
+    kernels::PermuteTiles<I> p{I(shape[i]), I(shape[j]), in[j], out[i], {}, {}, 0, 0, {}, {}, {}};
+    std::int64_t batches = 1;
+    for (int d = 0; d < r; ++d) {
+        if (d == i || d == j) continue;
+        p.batch_shape[p.batch_rank] = Divisor<I>::of(I(shape[d]));
+        p.batch_in[p.batch_rank] = in[d];
+        p.batch_out[p.batch_rank] = out[d];
+        batches *= shape[d];
+        ++p.batch_rank;
+    }
+    auto go = [&]<int Tile, int V>() {
+        const std::int64_t tiles_i = (shape[i] + Tile - 1) / Tile, tiles_j = (shape[j] + Tile - 1) / Tile;
+        p.tiles_i = Divisor<I>::of(I(tiles_i));
+        p.tiles_per_batch = Divisor<I>::of(I(tiles_i * tiles_j));
+        p.tiles = I(tiles_i * tiles_j * batches);
+        const auto blocks = unsigned(std::clamp<std::int64_t>(std::int64_t(p.tiles), 1, detail::max_blocks(device, 8)));
+        launch(kernels::permute_tiles<E, Tile, V, I>, blocks, dim3(256), 0, stream, from, to, p);
+    };
+    auto rows_aligned = [&](int v) {
+        bool fits = detail::aligned(from, v * sizeof(E)) && detail::aligned(to, v * sizeof(E)) && in[j] % v == 0 && out[i] % v == 0;
+        for (int b = 0; fits && b < p.batch_rank; ++b) fits = p.batch_in[b] % v == 0 && p.batch_out[b] % v == 0;
+        return fits;
+    };
+    constexpr int wide = int(16 / sizeof(E)), word = int(4 / sizeof(E));
+    if (rows_aligned(wide)) {
+        go.template operator()<byte_tile, wide>();
+    } else if constexpr (word > 1) {
+        if (rows_aligned(word)) go.template operator()<tile, word>();
+        else go.template operator()<tile, 1>();
+    } else {
+        go.template operator()<tile, 1>();
+    }
+}
+
 TESSEL_API void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
                                      Device device) {
     const std::int64_t n = layout.numel();
     if (n == 0) return;
-    const MergedDims m = merge_dims(layout);  // the output is contiguous
-    const Shape &shape = m.shape, &in = m.strides;
-    const int r = shape.size();
-    Shape out = shape;
-    out[r - 1] = 1;
-    for (int d = r - 2; d >= 0; --d) out[d] = out[d + 1] * shape[d + 1];
-    const int j = r - 1;
+    MergedDims m = merge_dims(layout);  // the output is contiguous
+    const int r = m.shape.size(), j = r - 1;
     int i = -1;
     for (int d = 0; d < j; ++d)
-        if (in[d] == 1) i = d;
-
+        if (m.strides[d] == 1) i = d;
+    if (r == 1 && m.strides[0] == 1) {
+        rt::memcpy_async(dst, first, std::size_t(n) * element_size, stream);
+        return;
+    }
     DeviceGuard guard(device);
     const auto extent = layout.extent();
     const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest < std::numeric_limits<std::int32_t>::max();
-    auto run = [&]<class E, class I>(E, I) {
-        const E* src = static_cast<const E*>(first);
-        E* to = static_cast<E*>(dst);
-        if (r == 1 && in[0] == 1) {
-            rt::memcpy_async(dst, first, std::size_t(n) * element_size, stream);
-        } else if (in[j] == 1 || i < 0) {
-            launch(kernels::gather_strided<E, I>, strided_blocks(n, device), dim3(256), 0, stream, src, to, strided_params<I>(m), I(n));
-        } else {
-            kernels::PermuteTiles<I> p{I(shape[i]), I(shape[j]), in[j], out[i], 0, 1, {}, {}, {}};
-            for (int d = 0; d < r; ++d) {
-                if (d == i || d == j) continue;
-                p.batch_shape[p.batch_rank] = I(shape[d]);
-                p.batch_in[p.batch_rank] = in[d];
-                p.batch_out[p.batch_rank] = out[d];
-                p.batches = I(p.batches * I(shape[d]));
-                ++p.batch_rank;
-            }
-            constexpr int tile = 32, rows = 8;
-            const std::int64_t tiles = (shape[i] + tile - 1) / tile * ((shape[j] + tile - 1) / tile) * std::int64_t(p.batches);
-            const auto blocks = unsigned(std::clamp<std::int64_t>(tiles, 1, detail::max_blocks(device, 64)));
-            launch(kernels::permute_tiles<E, tile, rows, I>, blocks, dim3(tile, rows), 0, stream, src, to, p);
-        }
-    };
-    auto by_index = [&]<class E>(E e) {
-        if (small) run(e, std::uint32_t{});
-        else run(e, std::uint64_t{});
-    };
-    with_element_word("gather_to_contiguous", element_size, by_index);
+    if (m.strides[j] == 1 || i < 0) {
+        const std::size_t word = widen_fastest_dim(m, element_size, first, dst);
+        const std::int64_t words = n * std::int64_t(element_size) / std::int64_t(word);
+        with_word("gather_to_contiguous", word, [&]<class E>(E) {
+            auto run = [&]<class I>(I) {
+                launch(kernels::gather_strided<E, I>, strided_blocks(words, device), dim3(256), 0, stream, static_cast<const E*>(first),
+                       static_cast<E*>(dst), strided_params<I>(m), I(words));
+            };
+            if (small) run(std::uint32_t{});
+            else run(std::uint64_t{});
+        });
+        return;
+    }
+    with_element_word("gather_to_contiguous", element_size, [&]<class E>(E) {
+        if (small) permute_by_tiles<E, std::uint32_t>(static_cast<const E*>(first), static_cast<E*>(dst), m, i, stream, device);
+        else permute_by_tiles<E, std::uint64_t>(static_cast<const E*>(first), static_cast<E*>(dst), m, i, stream, device);
+    });
 }
 
 TESSEL_API void scatter_from_contiguous(const void* src, void* dst_first, const Layout& layout, std::size_t element_size,
                                         rt::stream_t stream, Device device) {
     const std::int64_t n = layout.numel();
     if (n == 0) return;
-    const MergedDims m = merge_dims(layout);
+    MergedDims m = merge_dims(layout);
+    if (m.shape.size() == 1 && m.strides[0] == 1) {
+        rt::memcpy_async(dst_first, src, std::size_t(n) * element_size, stream);
+        return;
+    }
     DeviceGuard guard(device);
     const auto extent = layout.extent();
     const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest - extent->lowest < std::numeric_limits<std::int32_t>::max();
-    auto run = [&]<class E, class I>(E, I) {
-        if (m.shape.size() == 1 && m.strides[0] == 1) {
-            rt::memcpy_async(dst_first, src, std::size_t(n) * element_size, stream);
-            return;
-        }
-        launch(kernels::scatter_strided<E, I>, strided_blocks(n, device), dim3(256), 0, stream, static_cast<const E*>(src),
-               static_cast<E*>(dst_first), strided_params<I>(m), I(n));
-    };
-    with_element_word("scatter_from_contiguous", element_size, [&]<class E>(E e) {
-        if (small) run(e, std::uint32_t{});
-        else run(e, std::uint64_t{});
+    const std::size_t word = widen_fastest_dim(m, element_size, src, dst_first);
+    const std::int64_t words = n * std::int64_t(element_size) / std::int64_t(word);
+    with_word("scatter_from_contiguous", word, [&]<class E>(E) {
+        auto run = [&]<class I>(I) {
+            launch(kernels::scatter_strided<E, I>, strided_blocks(words, device), dim3(256), 0, stream, static_cast<const E*>(src),
+                   static_cast<E*>(dst_first), strided_params<I>(m), I(words));
+        };
+        if (small) run(std::uint32_t{});
+        else run(std::uint64_t{});
     });
 }
 

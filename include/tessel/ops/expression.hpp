@@ -74,6 +74,17 @@ template <class I, int V>
 struct VectorIndex {
     I i;
 };
+// V elements of row `row` from column `col` of a rank-2 iteration whose operands all have column
+// stride 0 or 1 (a row broadcast such as [M, N] + [N], or a column one such as [M, N] * [M, 1]).
+template <class I, int V>
+struct RowVectorIndex {
+    I row, col;
+};
+// Element (row, col) of such a rank-2 iteration: the row's tail, one element at a time.
+template <class I>
+struct RowIndex {
+    I row, col;
+};
 template <class I>
 struct CoordIndex {
     const I* coord;  // coord[0..rank): the iteration's (coalesced) coordinates
@@ -83,10 +94,14 @@ template <class Idx>
 inline constexpr bool is_vector_index = false;
 template <class I, int V>
 inline constexpr bool is_vector_index<VectorIndex<I, V>> = true;
+template <class I, int V>
+inline constexpr bool is_vector_index<RowVectorIndex<I, V>> = true;
 template <class Idx>
 inline constexpr int lanes = 1;
 template <class I, int V>
 inline constexpr int lanes<VectorIndex<I, V>> = V;
+template <class I, int V>
+inline constexpr int lanes<RowVectorIndex<I, V>> = V;
 
 // Applies f lane by lane when evaluating a VectorIndex, or once otherwise.
 template <class R, class Idx, class F, class... A>
@@ -117,11 +132,20 @@ struct DeviceLeaf {
         } else {
             constexpr int V = lanes<Idx>;
             Array<value_t, V> r;
-            if (stride[0] == 0) {
-                const value_t x = cast<value_t>(data[0]);
+            const T* first = data;  // the lanes' first element; along the lanes stride 0 or 1
+            std::int64_t along = stride[0];
+            if constexpr (requires { idx.row; }) {
+                first += std::int64_t(idx.row) * stride[0];
+                along = stride[1];
+                if (along != 0) first += idx.col;
+            } else if (along != 0) {
+                first += idx.i;
+            }
+            if (along == 0) {
+                const value_t x = cast<value_t>(*first);
                 for (int k = 0; k < V; ++k) r[k] = x;
             } else {
-                const Packed<T, V> p = *reinterpret_cast<const Packed<T, V>*>(data + idx.i);
+                const Packed<T, V> p = *reinterpret_cast<const Packed<T, V>*>(first);
                 for (int k = 0; k < V; ++k) r[k] = cast<value_t>(p.v[k]);
             }
             return r;
@@ -131,6 +155,10 @@ struct DeviceLeaf {
 private:
     template <class I>
     __host__ __device__ std::int64_t offset(const LinearIndex<I>& idx) const { return std::int64_t(idx.i) * stride[0]; }
+    template <class I>
+    __host__ __device__ std::int64_t offset(const RowIndex<I>& idx) const {
+        return std::int64_t(idx.row) * stride[0] + std::int64_t(idx.col) * stride[1];
+    }
     template <class I>
     __host__ __device__ std::int64_t offset(const CoordIndex<I>& idx) const {
         std::int64_t o = 0;

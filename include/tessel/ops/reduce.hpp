@@ -102,9 +102,12 @@ inline constexpr bool needs_elements = std::is_same_v<Op, ExtremumReducer<T, tru
 struct Splitting {
     std::int64_t splits, chunk;
 };
+// The outputs one block of the column kernel takes: 32, or 16 or 4 for narrower columns.
+inline int column_width(std::int64_t M) { return M <= 4 ? 4 : M <= 16 ? 16 : 32; }
+
 inline Splitting split_for(std::int64_t M, std::int64_t K, bool columns, int V) {
     constexpr std::int64_t per_split = 2048, items = 1024;
-    const std::int64_t column_tiles = (M + 31) / 32;
+    const std::int64_t column_tiles = (M + column_width(M) - 1) / column_width(M);
     std::int64_t splits = columns ? std::clamp<std::int64_t>(std::min((K + 127) / 128, (items + column_tiles - 1) / column_tiles), 1, 1024)
                           : M < 512 ? std::clamp<std::int64_t>(std::min((K + per_split - 1) / per_split, (items + M - 1) / M), 1, 1024)
                                     : 1;
@@ -136,9 +139,12 @@ void launch_reduction(const Src& src, const Op& op, bool columns, std::int64_t M
     const Partials partial(sp.splits > 1 ? std::size_t(M * sp.splits) * sizeof(A) : 0, stream);
     A* scratch = static_cast<A*>(partial.p);
     if (columns) {
-        const GridDim grid(unsigned(std::clamp<std::int64_t>((M + 31) / 32 * sp.splits, 1, max_blocks(device, 8))), site);
-        launch(kernels::reduce_columns<Op, Src, I>, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch,
-               out);
+        const int width = column_width(M);
+        const GridDim grid(unsigned(std::clamp<std::int64_t>((M + width - 1) / width * sp.splits, 1, max_blocks(device, 8))), site);
+        auto kernel = width == 32 ? kernels::reduce_columns<32, Op, Src, I>
+                      : width == 16 ? kernels::reduce_columns<16, Op, Src, I>
+                                    : kernels::reduce_columns<4, Op, Src, I>;
+        launch(kernel, grid, dim3(256), 0, stream, src, op, I(M), I(K), I(sp.splits), I(sp.chunk), scratch, out);
     } else {
         // A block per output for long rows, a warp for shorter ones, a thread for rows shorter than a
         // warp: the choice depends on K only, so the order of combination on the shape only.

@@ -73,6 +73,9 @@ namespace tessel::sim {
 TESSEL_API std::uint64_t launch_count();
 // Of those, the launches in thread-block clusters of two or more blocks.
 TESSEL_API std::uint64_t cluster_launch_count();
+// The demangled name of the kernel launched last (such as "void tessel::kernels::evaluate_rows<4, ...>(...)"):
+// lets a test observe which of an operation's kernels it chose.
+TESSEL_API std::string last_kernel_name();
 }  // namespace tessel::sim
 
 #if TESSEL_DEFINE_RUNTIME
@@ -611,6 +614,10 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
     call->dynamic_smem = smem;
     call->kernel_name = kernel_name(func);
     detail::rt().launches.fetch_add(1, std::memory_order_relaxed);
+    {
+        std::lock_guard lock(detail::rt().last_kernel_m);
+        detail::rt().last_kernel = call->kernel_name;
+    }
     if (std::uint64_t(cluster.x) * cluster.y * cluster.z > 1) detail::rt().cluster_launches.fetch_add(1, std::memory_order_relaxed);
     CUstream_st* st = detail::resolve(s);
     detail::enqueue(st, [call, st] {
@@ -630,6 +637,10 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
 namespace tessel::sim {
 TESSEL_API std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
+TESSEL_API std::string last_kernel_name() {
+    std::lock_guard lock(Runtime::get().last_kernel_m);
+    return Runtime::get().last_kernel;
+}
 }  // namespace tessel::sim
 #endif  // TESSEL_DEFINE_RUNTIME
 

@@ -79,6 +79,8 @@ public:
     std::map<std::pair<const void*, int>, int> max_dynamic_smem;
     std::atomic<std::uint64_t> launches{0};                 // kernels accepted by launch_kernel, all devices
     std::atomic<std::uint64_t> cluster_launches{0};         // of which launched in clusters of 2 or more blocks
+    std::mutex last_kernel_m;
+    std::string last_kernel;  // the last kernel accepted, demangled (tests check which path ran)
 
     // The allocation containing [p, p+n), or nullptr. Caller holds m.
     const Allocation* find(const void* p, std::size_t n) const {

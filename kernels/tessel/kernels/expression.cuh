@@ -3,6 +3,8 @@
 //   evaluate_contiguous: every operand has stride 1 (or 0: broadcast) over one flat range; each
 //     thread handles V consecutive elements with one aligned V*sizeof(T) access per operand, the
 //     tail (n % V elements) element by element.
+//   evaluate_rows: rank 2, every operand walking the columns with stride 0 or 1 (row and column
+//     broadcasts): V columns of a row per thread, aligned accesses as in evaluate_contiguous.
 //   evaluate_strided: any layouts; a thread turns its flat index into coordinates over the
 //     (coalesced) output shape, by multiply-shift divisors fixed at launch, and each operand
 //     applies its own strides.
@@ -18,18 +20,57 @@
 namespace tessel::kernels {
 
 // budget: threads 256, registers 40, hot
+// Each step of the grid-stride loop evaluates U vectors a grid apart (each one coalesced across the
+// warp), every one before the first store: U times the bytes in flight per thread of a loop that
+// waits for each load before the next.
 template <int V, class Out, class E, class I>
 __global__ void evaluate_contiguous(Out* __restrict__ out, E expr, I n) {
+    constexpr int U = V > 1 ? 2 : 4;
+    using R = decltype(expr.eval(ops::VectorIndex<I, V>{I(0)}));
     const I stride = I(gridDim.x) * blockDim.x;
     const I first = I(blockIdx.x) * blockDim.x + threadIdx.x;
     const I vectors = n / V;
-    for (I v = first; v < vectors; v += stride) {
-        const auto r = expr.eval(ops::VectorIndex<I, V>{I(v * V)});
+    auto store = [&](I at, const R& r) {
         ops::Packed<Out, V> p;
         for (int k = 0; k < V; ++k) p.v[k] = ops::cast<Out>(r[k]);
-        *reinterpret_cast<ops::Packed<Out, V>*>(out + v * V) = p;
+        *reinterpret_cast<ops::Packed<Out, V>*>(out + at * V) = p;
+    };
+    I v = first;
+    for (; v + I(U - 1) * stride < vectors; v += stride * I(U)) {  // U whole steps: no guards
+        R r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) r[u] = expr.eval(ops::VectorIndex<I, V>{I((v + I(u) * stride) * V)});
+#pragma unroll
+        for (int u = 0; u < U; ++u) store(v + I(u) * stride, r[u]);
     }
+    for (; v < vectors; v += stride) store(v, expr.eval(ops::VectorIndex<I, V>{I(v * V)}));
     for (I i = vectors * V + first; i < n; i += stride) out[i] = ops::cast<Out>(expr.eval(ops::LinearIndex<I>{i}));
+}
+
+// budget: threads 256, registers 48, hot
+// A rank-2 iteration whose operands and output all walk the columns with stride 0 or 1 (a bias
+// add [M, N] + [N], a column scale [M, N] * [M, 1], either on rows padded apart): each thread
+// takes V consecutive columns of one row with one aligned access per operand, the row's last
+// cols % V columns element by element. The host checks that every row start is aligned to V.
+template <int V, class Out, class E, class I>
+__global__ void evaluate_rows(Out* __restrict__ out, std::int64_t out_row_stride, E expr, I cols, Divisor<I> chunks_per_row, I chunks) {
+    const I stride = I(gridDim.x) * blockDim.x;
+    for (I w = I(blockIdx.x) * blockDim.x + threadIdx.x; w < chunks; w += stride) {
+        I row, chunk;
+        chunks_per_row.divmod(w, row, chunk);
+        const I col = chunk * V;
+        Out* to = out + std::int64_t(row) * out_row_stride + col;
+        if (col + V <= cols) {
+            const auto r = expr.eval(ops::RowVectorIndex<I, V>{row, col});
+            ops::Packed<Out, V> p;
+            for (int k = 0; k < V; ++k) p.v[k] = ops::cast<Out>(r[k]);
+            *reinterpret_cast<ops::Packed<Out, V>*>(to) = p;
+        } else {
+#pragma unroll
+            for (int k = 0; k < V - 1; ++k)  // unrolled: no loop inside the hot one
+                if (col + I(k) < cols) to[k] = ops::cast<Out>(expr.eval(ops::RowIndex<I>{row, I(col + I(k))}));
+        }
+    }
 }
 
 // The output of a strided evaluation: its first element, the iteration's shape (as divisors) and
@@ -43,23 +84,16 @@ struct StridedOutput {
 };
 
 // budget: threads 256, registers 40, hot
-// The loops over dims run to max_rank with a guard, fully unrolled, so the coordinates stay in
-// registers and the parameters are read where they are (no copy to local memory).
 template <class Out, class E, class I>
 __global__ void evaluate_strided(StridedOutput<Out, I> out, E expr, I n) {
     const I stride = I(gridDim.x) * blockDim.x;
     for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        I coord[max_rank];
-        I rest = i;
+        I coord[max_rank] = {};
         std::int64_t at = 0;
-#pragma unroll
-        for (int d = max_rank - 1; d >= 0; --d) {
-            coord[d] = 0;
-            if (d < out.rank) {
-                out.shape[d].divmod(rest, rest, coord[d]);
-                at += std::int64_t(coord[d]) * out.stride[d];
-            }
-        }
+        for_each_coordinate<max_rank>(i, out.rank, out.shape, [&](int d, I k) {
+            coord[d] = k;
+            at += std::int64_t(k) * out.stride[d];
+        });
         out.data[at] = ops::cast<Out>(expr.eval(ops::CoordIndex<I>{coord, out.rank}));
     }
 }

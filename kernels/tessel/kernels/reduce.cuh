@@ -30,24 +30,9 @@ struct ReduceIndexer {
     Divisor<I> inner_shape[max_rank];
     std::int64_t inner_stride[max_rank];
 
-    __host__ __device__ std::int64_t outer(I o) const { return offset(o, outer_rank, outer_shape, outer_stride); }
+    __host__ __device__ std::int64_t outer(I o) const { return strided_offset<max_rank>(o, outer_rank, outer_shape, outer_stride); }
     __host__ __device__ std::int64_t inner(I k) const {
-        return inner_rank == 1 ? std::int64_t(k) * inner_stride[0] : offset(k, inner_rank, inner_shape, inner_stride);
-    }
-
-private:
-    // Unrolled to max_rank with a guard, so the parameters are read in place, not copied to local memory.
-    __host__ __device__ static std::int64_t offset(I i, int rank, const Divisor<I>* shape, const std::int64_t* stride) {
-        std::int64_t at = 0;
-#pragma unroll
-        for (int d = max_rank - 1; d >= 0; --d) {
-            if (d < rank) {
-                I r;
-                shape[d].divmod(i, i, r);
-                at += std::int64_t(r) * stride[d];
-            }
-        }
-        return at;
+        return inner_rank == 1 ? std::int64_t(k) * inner_stride[0] : strided_offset<max_rank>(k, inner_rank, inner_shape, inner_stride);
     }
 };
 
@@ -77,13 +62,8 @@ struct ExpressionSource {
         if constexpr (Linear) {
             return ops::cast<D>(expr.eval(ops::LinearIndex<I>{i}));
         } else {
-            I coord[max_rank];
-            I rest = i;
-#pragma unroll
-            for (int d = max_rank - 1; d >= 0; --d) {
-                coord[d] = 0;
-                if (d < rank) shape[d].divmod(rest, rest, coord[d]);
-            }
+            I coord[max_rank] = {};
+            for_each_coordinate<max_rank>(i, rank, shape, [&](int d, I k) { coord[d] = k; });
             return ops::cast<D>(expr.eval(ops::CoordIndex<I>{coord, rank}));
         }
     }
@@ -156,30 +136,34 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
 }
 
 // Column reductions: outputs that are neighbours in memory (the kept dims' fastest stride is 1) and
-// reduced elements that are not. A 256-thread block takes 32 neighbouring outputs: thread (x, y)
-// accumulates output x over elements y, y + 8, ... of the split, so each warp reads 32 neighbours
-// per step (coalesced); the 8 partial values of an output then combine in order through shared memory.
+// reduced elements that are not. A 256-thread block takes Width neighbouring outputs (32, or 16 or
+// 4 when there are that few, so that narrow columns such as a sum over the rows of [N, 4] keep
+// every lane busy): thread t accumulates output t % Width over elements t / Width,
+// t / Width + 256 / Width, ... of the split, so each warp reads 32 / Width neighbouring rows of
+// Width outputs per step (coalesced). An output's slices then combine on a fixed tree: shuffles
+// within the warp, then the 8 warps' values in order through shared memory.
 // budget: threads 256, registers 56, hot
-template <class Op, class Src, class I>
+template <int Width, class Op, class Src, class I>
 __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk, typename Op::acc_t* __restrict__ partial,
                                typename Op::out_t* __restrict__ out) {
     using A = typename Op::acc_t;
-    constexpr int slices = 8;
-    __shared__ A partials[slices][32];
-    const int x = int(threadIdx.x) % 32, y = int(threadIdx.x) / 32;
-    const I items = (outputs + 31) / 32 * splits;
+    constexpr int slices = 256 / Width, warps = 8;
+    __shared__ A partials[warps][Width];
+    const int x = int(threadIdx.x) % Width, y = int(threadIdx.x) / Width, lane = int(threadIdx.x) % 32;
+    const I items = (outputs + Width - 1) / Width * splits;
     for (I item = blockIdx.x; item < items; item += gridDim.x) {
-        const I o = item / splits * 32 + I(x), s = item % splits;
+        const I o = item / splits * Width + I(x), s = item % splits;
         const I begin = s * chunk, end = begin + chunk < K ? begin + chunk : K;
         A acc = op.identity();
         if (o < outputs) {
             const auto column = src.row(o);
             for (I k = begin + I(y); k < end; k += slices) acc = op.combine(acc, op.load(src.at(column, k), std::int64_t(k)));
         }
-        partials[y][x] = acc;
+        for (int d = 16; d >= Width; d /= 2) acc = op.combine(acc, shuffle_down(acc, unsigned(d), 32));  // lanes x, x + Width, ...
+        if (lane < Width) partials[threadIdx.x / 32][x] = acc;
         __syncthreads();
-        if (y == 0) {
-            for (int r = 1; r < slices; ++r) acc = op.combine(acc, partials[r][x]);
+        if (threadIdx.x < unsigned(Width)) {
+            for (int w = 1; w < warps; ++w) acc = op.combine(acc, partials[w][x]);
             if (o < outputs) {
                 if (splits == 1) out[o] = op.finish(acc, std::int64_t(K));
                 else partial[o * splits + s] = acc;
