@@ -1,7 +1,8 @@
 // Divisor (core/divisor.hpp), the multiply-shift division of the strided kernels, against the
 // hardware's / and %: every divisor up to 4096, powers of two and their neighbours up to 2^31 - 1,
 // and random ones, each with the dividends at which rounding would first go wrong (multiples of d
-// and their neighbours, the largest allowed dividend 2^31 - 1) and random ones.
+// and their neighbours, the largest allowed dividend 2^31 - 1) and random ones; for 64-bit
+// indices the same over the whole 64-bit range.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -51,6 +52,32 @@ TEMPLATE_TEST_CASE("Divisor gives the quotient and remainder of / and %", "[kern
     std::size_t bad = 0, tried = 0;
     for (I d : divisors) {
         const auto n = dividends_for(d, rng);
+        bad += wrong_quotients(d, n);
+        tried += n.size();
+    }
+    INFO(tried << " divisions");
+    CHECK(bad == 0);
+}
+
+// The 64-bit divisor takes every 64-bit dividend: divisors up to 4096, powers of two and their
+// neighbours up to 2^64 - 1, random ones of every magnitude; dividends at the multiples of d and
+// their neighbours, the largest ones, random ones.
+TEST_CASE("the 64-bit Divisor over the whole 64-bit range", "[kernels][divisor]") {
+    using I = std::uint64_t;
+    std::mt19937_64 rng(7);
+    const I top = ~I(0);
+    std::vector<I> divisors;
+    for (I d = 1; d <= 4096; d += 7) divisors.push_back(d);
+    for (int p = 12; p < 64; ++p)
+        for (I delta : {I(0), I(1), top}) divisors.push_back((I(1) << p) + delta);  // 2^p - 1, 2^p, 2^p + 1
+    divisors.push_back(top);
+    for (int i = 0; i < 2000; ++i) divisors.push_back(1 + (rng() >> (rng() % 64)));
+    std::size_t bad = 0, tried = 0;
+    for (I d : divisors) {
+        std::vector<I> n = {0, 1, top, top - 1, d, d - 1, d + 1};
+        for (I k : {I(2), I(3), top / d, top / d - 1})
+            for (I e : {top, I(0), I(1)}) n.push_back(k * d + e);  // k d - 1, k d, k d + 1 (wrapping past the top is still a dividend)
+        for (int i = 0; i < 64; ++i) n.push_back(rng() >> (rng() % 64));
         bad += wrong_quotients(d, n);
         tried += n.size();
     }

@@ -324,6 +324,21 @@ TEST_CASE("a fused reduction, small enough for the race check", "[ops][reduce]")
                         sum_of, [](const auto& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; });
 }
 
+// Column reductions light enough for the race check, with more work items than the sim's grid
+// has blocks (2 per simulated SM), so blocks reuse their shared memory: 40 columns of 600 split 5
+// ways (10 items of reduce_columns, then 40 outputs for reduce_partials), 3 columns of 600 (blocks
+// of 4 outputs, 5 items).
+TEST_CASE("column reductions with several items per block", "[ops][reduce]") {
+    for (const Shape& shape : {Shape{600, 40}, Shape{600, 3}}) {
+        auto x = random_input<float>(shape, std::uint64_t(shape[1]));
+        check_reduction("sum over rows", x, {0}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of,
+                        [](const auto& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; });
+        check_reduction("argmax over rows", x, {0}, false, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); },
+                        [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); },
+                        [](const auto&) { return 0.0; });
+    }
+}
+
 #if defined(TESSEL_BACKEND_CUDA)
 // On a GPU: tessel's sums next to CUB's on the same inputs, both within the float bound of the
 // long-double reference (CUB's order differs, so the two need not agree bit for bit).

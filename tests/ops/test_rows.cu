@@ -111,12 +111,13 @@ TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
     }
 }
 
-// One row just over one block's shared memory: a cluster of two blocks, whose statistics meet
-// through distributed shared memory (light enough to run under ThreadSanitizer too).
+// Rows just over one block's shared memory: clusters of two blocks, whose statistics meet through
+// distributed shared memory; three rows, so that a cluster takes more than one and rewrites its
+// statistics (light enough to run under ThreadSanitizer too).
 TEST_CASE("a row over one block's shared memory is split across a cluster", "[ops][rows][cluster]") {
     const std::int64_t cols = 58200;  // 232800 bytes: over the 227 KiB opt-in limit
-    auto [x, xv] = random_rows<float>({1, cols}, 8, -10, 10);
-    poison_next<float>({1, cols});
+    auto [x, xv] = random_rows<float>({3, cols}, 8, -10, 10);
+    poison_next<float>({3, cols});
     const auto before = testing::cluster_launch_count();
     compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
     if (backend == Backend::sim) CHECK(testing::cluster_launch_count() - before == 1);  // the cluster path, not the two-read one

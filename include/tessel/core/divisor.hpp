@@ -3,8 +3,7 @@
 // while a divisor known before the launch turns each quotient into a multiply and a shift
 // (Granlund and Montgomery: m = ceil(2^(32+p) / d) with p = ceil(log2 d) gives floor(n / d) =
 // floor(n * m / 2^(32+p)) for every n < 2^32; n < 2^31 keeps n * m within 64 bits). 64-bit index
-// types keep the plain division: tensors of 2^31 elements and more are rare and their kernels are
-// memory-bound anyway.
+// types use the same paper's method for full-width dividends (below); other types divide plainly.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +41,38 @@ struct Divisor<std::uint32_t> {
     __host__ __device__ std::uint32_t value() const { return d; }
     __host__ __device__ std::uint32_t divide(std::uint32_t n) const { return std::uint32_t((std::uint64_t(n) * multiplier) >> shift); }
     __host__ __device__ void divmod(std::uint32_t n, std::uint32_t& quotient, std::uint32_t& remainder) const {
+        quotient = divide(n);
+        remainder = n - quotient * d;
+    }
+};
+
+// 64-bit indices (tensors of 2^31 elements and more): Granlund and Montgomery's round-up method for
+// all 64-bit dividends, with l = ceil(log2 d) and m = floor(2^64 (2^l - d) / d) + 1, a 64-bit
+// multiplier: t = the high half of m * n, q = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0).
+// One __umul64hi and a few adds and shifts, instead of the 64-bit division subroutine.
+template <>
+struct Divisor<std::uint64_t> {
+    std::uint64_t d;
+    std::uint64_t multiplier;
+    std::uint32_t shift1, shift2;
+    static Divisor of(std::uint64_t v) {
+        if (v == 0) return {0, 0, 0, 0};  // an empty dim: nothing is ever divided by it
+        std::uint32_t l = 0;
+        while (l < 64 && (std::uint64_t(1) << l) < v) ++l;
+        const unsigned __int128 two_l = l == 64 ? (unsigned __int128)1 << 64 : (unsigned __int128)(std::uint64_t(1) << l);
+        const auto m = std::uint64_t((((unsigned __int128)1 << 64) * (two_l - v)) / v + 1);
+        return {v, m, l < 1 ? l : 1, l > 1 ? l - 1 : 0};
+    }
+    __host__ __device__ std::uint64_t value() const { return d; }
+    __host__ __device__ std::uint64_t divide(std::uint64_t n) const {
+#if defined(__CUDA_ARCH__)
+        const std::uint64_t t = __umul64hi(multiplier, n);
+#else
+        const auto t = std::uint64_t(((unsigned __int128)multiplier * n) >> 64);
+#endif
+        return (t + ((n - t) >> shift1)) >> shift2;
+    }
+    __host__ __device__ void divmod(std::uint64_t n, std::uint64_t& quotient, std::uint64_t& remainder) const {
         quotient = divide(n);
         remainder = n - quotient * d;
     }
