@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
+#include <vector>
 
 namespace {
 
@@ -30,10 +32,10 @@ void BM_sort(benchmark::State& state, int impl) {
     Tensor<float> keys = tessel::empty<float>({rows, cols});
     Tensor<std::int64_t> positions = tessel::empty<std::int64_t>({rows, cols});
 #if defined(TESSEL_BACKEND_CUDA)
-    std::vector<std::int64_t> iota_host(std::size_t(n));
+    std::vector<std::int64_t> iota_host(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) iota_host[std::size_t(i)] = i % cols;
     const auto iota = tessel::from_host<std::int64_t>(std::span<const std::int64_t>(iota_host), {rows, cols});
-    std::vector<int> off(std::size_t(rows + 1));
+    std::vector<int> off(static_cast<std::size_t>(rows + 1));
     for (std::size_t r = 0; r < off.size(); ++r) off[r] = int(std::int64_t(r) * cols);
     const auto offsets = tessel::from_host<int>(std::span<const int>(off), {rows + 1});
     std::size_t temp_bytes = 0;
