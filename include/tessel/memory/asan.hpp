@@ -45,25 +45,41 @@ inline constexpr bool enabled = true;
 inline constexpr bool enabled = false;
 #endif
 
+#if defined(TESSEL_ASAN_POISONING)
+// ASan's manual interface reads and rewrites a granule's shadow byte without synchronisation (an
+// unpoison within one granule reads it twice and CHECK-fails if another thread changed it in
+// between), and the cache changes shadow both on the calling thread and, queued, on the sim's
+// stream threads: every change takes this lock.
+inline std::mutex& shadow_mutex() {
+    static std::mutex m;
+    return m;
+}
+#endif
+
 // Makes [p, p+n) unaddressable. ASan tracks 8-byte granules and a granule can only be poisoned from
 // an offset to its end, so callers pass ranges that end on a granule boundary (block ends do).
 inline void poison([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t n) {
 #if defined(TESSEL_ASAN_POISONING)
+    std::lock_guard lock(shadow_mutex());
     ASAN_POISON_MEMORY_REGION(p, n);
 #endif
 }
 // Makes [p, p+n) addressable (ASan may include the rest of the last granule).
 inline void unpoison([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t n) {
 #if defined(TESSEL_ASAN_POISONING)
+    std::lock_guard lock(shadow_mutex());
     ASAN_UNPOISON_MEMORY_REGION(p, n);
 #endif
 }
 // Gives a block of `size` bytes at `p` (8-byte aligned, as is p + size) to a caller that asked for
 // `owned` of them: exactly those become addressable, the rest is poisoned, whatever the shadow was.
 // Poisoning first matters: unpoisoning alone leaves a fully addressable last granule as it was.
-inline void set_owned(const void* p, std::size_t size, std::size_t owned) {
-    poison(static_cast<const char*>(p) + owned, size - owned);
-    unpoison(p, owned);
+inline void set_owned([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t size, [[maybe_unused]] std::size_t owned) {
+#if defined(TESSEL_ASAN_POISONING)
+    std::lock_guard lock(shadow_mutex());
+    ASAN_POISON_MEMORY_REGION(static_cast<const char*>(p) + owned, size - owned);
+    ASAN_UNPOISON_MEMORY_REGION(p, owned);
+#endif
 }
 
 // True if the byte at `p` is poisoned (tests and the invariant checker use it; false when disabled).
