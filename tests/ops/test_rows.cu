@@ -111,6 +111,32 @@ TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
     }
 }
 
+// The same masks on rows that take the block path with the row cached (5000), the cluster path
+// (58200 floats: 2 blocks, so row 0's first half is one block's whole slice, which must add exp = 0
+// to the row, not NaN) and the two-read path (470001: whole groups of 4 vectors of -inf fold first).
+TEST_CASE("softmax of masked rows on the block, cluster and two-read paths", "[ops][rows][slow_under_tsan]") {
+    for (std::int64_t cols : {5000, 58200, 470001}) {
+        INFO("cols " << cols);
+        auto v = testing::random_host<float>(std::size_t(4 * cols), std::uint64_t(cols), -5, 5);
+        float* h = v.data();
+        for (std::int64_t k = 0; k < cols; ++k) {
+            if (k < cols / 2) h[k] = -INFINITY;           // row 0: the first half masked
+            if (k >= cols / 3) h[cols + k] = -INFINITY;   // row 1: the last two thirds masked
+            h[2 * cols + k] = -INFINITY;                  // row 2: all masked
+        }
+        h[3 * cols + cols - 1] = NAN;  // row 3: a NaN in the last slice
+        std::vector<double> xv(v.n);
+        for (std::size_t i = 0; i < v.n; ++i) xv[i] = h[i];
+        const auto x = from_host<float>(v.span(), {4, cols});
+        (void)full<float>({4, cols}, 7.0f);
+        compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
+        if (backend == Backend::sim)
+            CHECK_THAT(testing::last_kernel(), Catch::Contains(cols == 5000 ? "rows_per_block" : cols == 58200 ? "rows_per_cluster" : "rows_per_block"));
+        (void)full<float>({4, cols}, 7.0f);
+        compare(log_softmax(x), softmax_ref(xv, cols, true), 2e-5, 1e-5, "log_softmax");
+    }
+}
+
 // Rows just over one block's shared memory: clusters of two blocks, whose statistics meet through
 // distributed shared memory; three rows, so that a cluster takes more than one and rewrites its
 // statistics (light enough to run under ThreadSanitizer too).
@@ -180,6 +206,23 @@ TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slo
         }
         poison_next<float>({2, cols});
         compare(rms_norm(x, w), want, 2e-5, 1e-5, "rms_norm with weight");
+        // layer_norm of rows whose mean (about 1e3) is far from 0, where one-pass sums of squares
+        // lose the variance: groups of 4 vectors merged by Chan's formula keep it.
+        auto [z, zv] = random_rows<float>({2, cols}, 7, 990, 1010);
+        for (std::size_t r = 0; r < 2; ++r) {
+            const double* row = zv.data() + r * std::size_t(cols);
+            long double m = 0, var = 0;
+            for (std::int64_t k = 0; k < cols; ++k) m += row[k];
+            m /= cols;
+            for (std::int64_t k = 0; k < cols; ++k) var += (row[k] - m) * (row[k] - m);
+            const double rstd = 1 / std::sqrt(double(var / cols) + 1e-5);
+            for (std::int64_t k = 0; k < cols; ++k) want[r * std::size_t(cols) + std::size_t(k)] = (row[k] - double(m)) * rstd;
+        }
+        poison_next<float>({2, cols});
+        // x - mean carries float's rounding of x (about 6e-5 at 1e3) times rstd (about 0.17): 1e-5
+        // absolute, with the statistics' error on top.
+        compare(layer_norm(z), want, 5e-5, 1e-5, "layer_norm");
+        if (backend == Backend::sim) CHECK_THAT(testing::last_kernel(), Catch::Contains("rows_per_block"));
     }
 }
 

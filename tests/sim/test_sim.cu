@@ -115,6 +115,17 @@ __global__ void cluster_sync_skipped_by_rank_one(unsigned* out) {
     out[blockIdx.x] = 1;
 }
 
+// Reads the next block's shared memory after the only cluster.sync(): that block may have exited.
+// With `wait_before_exit`, a second cluster.sync() orders the read before every block's exit.
+__global__ void read_neighbour_after_last_sync(unsigned* out, bool wait_before_exit) {
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    TESSEL_DYNAMIC_SHARED(unsigned, s);
+    if (threadIdx.x == 0) s[0] = blockIdx.x;
+    cluster.sync();
+    if (threadIdx.x == 0) out[blockIdx.x] = *cluster.map_shared_rank(s, int((cluster.block_rank() + 1) % cluster.num_blocks()));
+    if (wait_before_exit) cluster.sync();
+}
+
 std::string fault_of(auto&& launch) {
     try {
         launch();
@@ -271,6 +282,20 @@ TEST_CASE("cluster launches are checked like the CUDA runtime checks them", "[si
     const std::string msg = fault_of([&] { tessel::launch_cluster(cluster_sync_skipped_by_rank_one, 4, 32, dim3(2), 0, nullptr, out.data()); });
     INFO(msg);
     CHECK(msg.find("exited without reaching it") != std::string::npos);
+
+    // Distributed shared memory read after the last cluster barrier: the other block may be gone.
+    const std::string late = fault_of([&] {
+        tessel::launch_cluster(read_neighbour_after_last_sync, 4, 32, dim3(2), sizeof(unsigned), nullptr, out.data(), false);
+    });
+    INFO(late);
+    CHECK(late.find("after the cluster's last cluster.sync()") != std::string::npos);
+    CHECK(late.find("test_sim.cu") != std::string::npos);
+    tessel::launch_cluster(read_neighbour_after_last_sync, 4, 32, dim3(2), sizeof(unsigned), nullptr, out.data(), true);
+    const auto h = out.download();
+    CHECK(h[0] == 1);
+    CHECK(h[1] == 0);
+    CHECK(h[2] == 3);
+    CHECK(h[3] == 2);
 }
 
 TEST_CASE("dynamic shared memory starts poisoned", "[sim][poison]") {

@@ -70,6 +70,10 @@ struct SoftmaxRow {
     __host__ __device__ C shifted_exp(C x, C max) const { return math::exp(x - max); }
     __host__ __device__ Prepared finish_max_sum(C max, C sum) const { return {max, Log ? math::log(sum) : C(1) / sum}; }
     __host__ __device__ C apply_shifted(const Prepared& p, C v) const { return Log ? v - p.max - p.scale : v * p.scale; }
+    // The cached block and cluster paths keep e = exp(x - local) for a slice whose maximum is `local`
+    // (softmax only): exp(x - max) / sum = e * (exp(local - max) / sum), one exp per slice. A slice of
+    // only -inf has e = 0 and a factor of 0; a row of only -inf, a factor of NaN.
+    __host__ __device__ Prepared finish_rebased(C max, C sum, C local) const { return {max, math::exp(local - max) / sum}; }
 };
 
 // (x - mean) / sqrt(var + eps) * weight + bias, population variance (Welford).

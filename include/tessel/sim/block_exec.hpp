@@ -68,6 +68,23 @@ public:
                           std::to_string(size_) + " blocks exited without reaching it (a cluster barrier must be reached "
                           "by every block of the cluster)");
     }
+    // A block read or wrote another block's shared memory (map_shared_rank) between barriers
+    // `generation` and the next; `where` is the kernel's source line.
+    void remote_access(const std::string& where) {
+        std::lock_guard lk(m_);
+        if (!remote_accessed_ || generation_ > last_remote_generation_) last_remote_where_ = where;
+        remote_accessed_ = true;
+        last_remote_generation_ = generation_;
+    }
+    // After every block has exited: an access to another block's shared memory after the cluster's
+    // last barrier is not ordered before that block's exit, when its shared memory goes away (CUDA:
+    // "ensure that all distributed shared memory operations happen before a block exits", by a
+    // cluster.sync() before exit). The sim's memory outlives the blocks, so it reports this instead.
+    void check_exit_order() const {
+        if (remote_accessed_ && last_remote_generation_ == generation_)
+            throw KernelFault(last_remote_where_ + ": map_shared_rank() used after the cluster's last cluster.sync(): the other "
+                              "block may already have exited and its shared memory be gone (end the kernel with cluster.sync())");
+    }
     // A block has finished; blocks waiting for it at a barrier are told.
     void exited() {
         std::lock_guard lk(m_);
@@ -93,8 +110,9 @@ private:
     std::mutex m_;
     std::condition_variable cv_;
     unsigned arrived_ = 0, exited_ = 0;
-    std::uint64_t generation_ = 0;
-    bool aborted_ = false;
+    std::uint64_t generation_ = 0, last_remote_generation_ = 0;
+    bool aborted_ = false, remote_accessed_ = false;
+    std::string last_remote_where_;
 };
 
 // What the built-in variables and intrinsics of the running CUDA thread read.

@@ -107,6 +107,7 @@ public:
                     }
                     for (auto& b : blocks) b.join();
                     if (fault) std::rethrow_exception(fault);
+                    state.check_exit_order();
                 }
     }
 

@@ -287,7 +287,7 @@ public:
     }
     // The address in block `rank`'s shared memory that corresponds to `addr` in this block's.
     template <class T>
-    T* map_shared_rank(T* addr, int rank) const {
+    T* map_shared_rank(T* addr, int rank, std::source_location w = std::source_location::current()) const {
         auto* block = ::tessel::sim::detail::tl_block;
         if (!block->cluster) {
             if (rank != 0) throw ::tessel::sim::KernelFault("map_shared_rank(" + std::to_string(rank) + ") in a launch without clusters");
@@ -301,6 +301,7 @@ public:
         if (rank < 0 || unsigned(rank) >= block->cluster->size())
             throw ::tessel::sim::KernelFault("map_shared_rank: rank " + std::to_string(rank) + " in a cluster of " +
                                              std::to_string(block->cluster->size()) + " blocks");
+        if (unsigned(rank) != block_rank()) block->cluster->remote_access(std::string(w.file_name()) + ":" + std::to_string(w.line()));
         return reinterpret_cast<T*>(block->cluster->smem(unsigned(rank)) + offset);
     }
 

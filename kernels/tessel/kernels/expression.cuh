@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include <tessel/core/divisor.hpp>
+#include <tessel/core/grid_stride.hpp>
 #include <tessel/core/kernel.hpp>
 #include <tessel/ops/expression.hpp>
 
@@ -86,16 +87,24 @@ struct StridedOutput {
 // budget: threads 256, registers 40, hot
 template <class Out, class E, class I>
 __global__ void evaluate_strided(StridedOutput<Out, I> out, E expr, I n) {
-    const I stride = I(gridDim.x) * blockDim.x;
-    for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        I coord[max_rank] = {};
-        std::int64_t at = 0;
-        for_each_coordinate<max_rank>(i, out.rank, out.shape, [&](int d, I k) {
-            coord[d] = k;
-            at += std::int64_t(k) * out.stride[d];
-        });
-        out.data[at] = ops::cast<Out>(expr.eval(ops::CoordIndex<I>{coord, out.rank}));
-    }
+    struct Evaluated {
+        std::int64_t at;
+        Out value;
+    };
+    // Two elements in flight per thread; the 64-bit index variants (2^31 elements or more) keep one,
+    // since two take 42 registers there and drop a block per SM.
+    grid_stride_unrolled<sizeof(I) == 4 ? 2 : 1>(
+        I(blockIdx.x) * blockDim.x + threadIdx.x, I(gridDim.x) * blockDim.x, n,
+        [&](I i) {
+            I coord[max_rank] = {};
+            std::int64_t at = 0;
+            for_each_coordinate<max_rank>(i, out.rank, out.shape, [&](int d, I k) {
+                coord[d] = k;
+                at += std::int64_t(k) * out.stride[d];
+            });
+            return Evaluated{at, ops::cast<Out>(expr.eval(ops::CoordIndex<I>{coord, out.rank}))};
+        },
+        [&](I, const Evaluated& e) { out.data[e.at] = e.value; });
 }
 
 }  // namespace tessel::kernels

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include <tessel/core/divisor.hpp>
+#include <tessel/core/grid_stride.hpp>
 #include <tessel/core/kernel.hpp>
 #include <tessel/tensor/layout.hpp>
 
@@ -171,9 +172,9 @@ struct GatherStrided {
 // budget: threads 256, registers 32, hot
 template <class E, class I>
 __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
-    for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
-        out[o] = in[g.offset(o)];
-    }
+    grid_stride_unrolled<2>(
+        I(blockIdx.x) * blockDim.x + threadIdx.x, I(gridDim.x) * blockDim.x, n, [&](I o) { return in[g.offset(o)]; },
+        [&](I o, const E& e) { out[o] = e; });
 }
 
 // The reverse: contiguous `in` written in row-major order into the strided view `out` (g.in_stride
@@ -181,9 +182,9 @@ __global__ void gather_strided(const E* __restrict__ in, E* __restrict__ out, Ga
 // budget: threads 256, registers 32, hot
 template <class E, class I>
 __global__ void scatter_strided(const E* __restrict__ in, E* __restrict__ out, GatherStrided<I> g, I n) {
-    for (I o = I(blockIdx.x) * blockDim.x + threadIdx.x; o < n; o += I(gridDim.x) * blockDim.x) {
-        out[g.offset(o)] = in[o];
-    }
+    grid_stride_unrolled<2>(
+        I(blockIdx.x) * blockDim.x + threadIdx.x, I(gridDim.x) * blockDim.x, n, [&](I o) { return in[o]; },
+        [&](I o, const E& e) { out[g.offset(o)] = e; });
 }
 
 }  // namespace tessel::kernels

@@ -7,6 +7,9 @@
 //                   once; without, it is read twice (statistics, then output);
 //   rows_per_cluster  rows up to 8 blocks' shared memory (sm_90 clusters): each block of the cluster
 //                   keeps a slice, statistics meet through distributed shared memory, read once.
+// Softmax and layer_norm take their statistics in exact phases over values already on chip (the
+// maximum, then one exp per element; the mean, then centred squares), not by per-element online
+// updates; the two-read path folds groups of 4 vectors the same way (fold_group).
 // V > 1 moves V elements per 16-byte load and store (the host checks that rows are aligned and a
 // multiple of V long). Statistics combine in an order fixed by the shape and alignment (which
 // choose V and the block size), never by timing.
@@ -65,6 +68,17 @@ __device__ C warp_all(F f, C x) {
     }
     return x;
 }
+
+// Ops whose statistics are a maximum and a sum of exp(x - maximum) (softmax): stats_t has .max and
+// .sum; shifted_exp(x, max) is exp(x - max), finish_max_sum gives what apply and apply_shifted take.
+template <class Op>
+concept shifted_exp_op = requires(const Op& o, typename Op::compute_t c) {
+    o.shifted_exp(c, c);
+    o.finish_max_sum(c, c);
+};
+// Ops whose statistics are a mean and centred squares (layer_norm): stats_t is {mean, m2, count}.
+template <class Op>
+concept centered_op = requires(const Op& o, typename Op::compute_t c) { o.centered(c, c, std::int64_t(0)); };
 
 // Blocks per SM the warp path asks the compiler to fit (__launch_bounds__). A lane's PerLane values
 // take PerLane * sizeof(C) / 4 registers, and an op that reads per-column parameters (layer_norm's
@@ -128,7 +142,7 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                 }
             }
         };
-        if constexpr (requires(const Op& o) { o.shifted_exp(C(0), C(0)); }) {
+        if constexpr (shifted_exp_op<Op>) {
             C m = -std::numeric_limits<C>::infinity();
 #pragma unroll
             for (int k = 0; k < vectors; ++k)
@@ -149,7 +163,7 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
             sum = warp_all([](C a, C b) { return a + b; }, sum);
             const auto f = op.finish_max_sum(m, sum);
             store([&](int i, std::int64_t) { return op.apply_shifted(f, v[i]); });
-        } else if constexpr (requires(const Op& o) { o.centered(C(0), C(0), std::int64_t(0)); }) {
+        } else if constexpr (centered_op<Op>) {
             C total = 0;
 #pragma unroll
             for (int k = 0; k < vectors; ++k)
@@ -178,47 +192,195 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
     }
 }
 
-// Reads vectors [begin, end) of a row (thread t takes begin + t, + threads, ...), `unroll` loads in
-// flight per thread, and accumulates their values into s; with a cache, vector i is also kept at
-// cache[i - begin] for the output pass.
-template <class Op, class P, class S, class I>
-__device__ S accumulate_vectors(const Op& op, const P* __restrict__ x, P* cache, I begin, I end, I t, I threads, S s) {
-    using C = typename Op::compute_t;
-    constexpr int unroll = 4;
-    constexpr int V = P::lanes;
-    I i = begin + t;
-    for (; i + (unroll - 1) * threads < end; i += unroll * threads) {
-        P p[unroll];
+// The two combiners of one value the cached paths' phases use (block_combine takes any op with
+// identity and combine).
+template <class C>
+struct MaxOf {
+    __device__ C identity() const { return -std::numeric_limits<C>::infinity(); }
+    __device__ C combine(C a, C b) const { return ops::Maximum{}(a, b); }
+};
+template <class C>
+struct SumOf {
+    __device__ C identity() const { return C(0); }
+    __device__ C combine(C a, C b) const { return a + b; }
+};
+
+// Calls visit(p, count, k, stride) for the vectors src[k], src[k + stride], ... (count of them) that
+// thread t of `threads` takes among src[0, n): Unroll vectors a group, all loaded before visit sees
+// any, then the remainder one at a time.
+template <int Unroll, class P, class I, class F>
+__device__ void visit_vectors(const P* __restrict__ src, I n, I t, I threads, F&& visit) {
+    I k = t;
+    for (; k + I(Unroll - 1) * threads < n; k += I(Unroll) * threads) {
+        P p[Unroll];
 #pragma unroll
-        for (int u = 0; u < unroll; ++u) p[u] = x[i + I(u) * threads];
-#pragma unroll
-        for (int u = 0; u < unroll; ++u) {
-            if (cache) cache[i + I(u) * threads - begin] = p[u];
-#pragma unroll
-            for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p[u].v[j]));
-        }
+        for (int u = 0; u < Unroll; ++u) p[u] = src[k + I(u) * threads];
+        visit(p, Unroll, k, threads);
     }
-    for (; i < end; i += threads) {
-        const P p = x[i];
-        if (cache) cache[i - begin] = p;
-#pragma unroll
-        for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p.v[j]));
+    for (; k < n; k += threads) {
+        const P p[1] = {src[k]};
+        visit(p, 1, k, threads);
     }
-    return s;
 }
 
-// Writes vectors [begin, end) of a row's output from `src` (src[i - src_begin] holds vector i).
-template <class Op, class P, class F, class I>
-__device__ void write_vectors(const Op& op, const F& f, const P* src, I src_begin, P* __restrict__ y, I begin, I end, I t, I threads) {
+// Folds `count` vectors, all loaded, into the running statistics s: for softmax the group's maximum
+// first, then one exp per element (and one for the rescale), not Milakov's two per element; for
+// layer_norm the group's exact mean and centred squares, merged by Chan's formula (one division per
+// group, not Welford's one per element); others element by element.
+template <class Op, class P>
+__device__ typename Op::stats_t fold_group(const Op& op, typename Op::stats_t s, const P* p, int count) {
+    using C = typename Op::compute_t;
+    constexpr int V = P::lanes;
+    if constexpr (shifted_exp_op<Op>) {
+        C group_max = -std::numeric_limits<C>::infinity();
+        for (int u = 0; u < count; ++u)
+#pragma unroll
+            for (int j = 0; j < V; ++j) group_max = ops::Maximum{}(group_max, ops::cast<C>(p[u].v[j]));
+        const C m = ops::Maximum{}(s.max, group_max);
+        // Only -inf so far: nothing to add (exp(-inf - -inf) would be NaN). A row of only -inf ends
+        // as {-inf, 0}, whose outputs are NaN, as PyTorch's; NaN or +inf make the sum NaN.
+        if (m == -std::numeric_limits<C>::infinity()) return s;
+        C sum = s.max == m ? s.sum : s.sum * ops::math::exp(s.max - m);
+        for (int u = 0; u < count; ++u)
+#pragma unroll
+            for (int j = 0; j < V; ++j) sum += op.shifted_exp(ops::cast<C>(p[u].v[j]), m);
+        s.max = m;
+        s.sum = sum;
+        return s;
+    } else if constexpr (centered_op<Op>) {
+        C total = 0;
+        for (int u = 0; u < count; ++u)
+#pragma unroll
+            for (int j = 0; j < V; ++j) total += ops::cast<C>(p[u].v[j]);
+        const std::int64_t n = std::int64_t(count) * V;
+        const C mean = total / C(n);  // n is a power of two: Unroll * V or V
+        C squares = 0;
+        for (int u = 0; u < count; ++u)
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                const C d = ops::cast<C>(p[u].v[j]) - mean;
+                squares += d * d;
+            }
+        return op.combine(s, typename Op::stats_t{mean, squares, n});
+    } else {
+        for (int u = 0; u < count; ++u)
+#pragma unroll
+            for (int j = 0; j < V; ++j) s = op.accumulate(s, ops::cast<C>(p[u].v[j]));
+        return s;
+    }
+}
+
+// Whether the cached paths keep exp(x - slice maximum) in the cache over x, for the output to reuse:
+// softmax when the cache holds the compute type (float rows); 2-byte rows would round it to 8 or 11
+// bits, so their output computes the exp again.
+template <class Op, class T>
+inline constexpr bool keeps_exp = [] {
+    if constexpr (shifted_exp_op<Op>) return Op::output_from_exp && std::is_same_v<T, typename Op::compute_t>;
+    else return false;
+}();
+
+// The statistics of the slice src[0, n) of a row (n vectors of V elements), which every thread of
+// the block gets, with the slice kept at cache[0, n) (read from global memory once). The phases meet
+// in block_combine; each thread reads back only the vectors it stored, so the cache needs no barrier.
+//   softmax:    the slice's maximum M while loading, then exp(x - M) once per element from the cache
+//               (kept over x where keeps_exp): {M, sum}; a slice of only -inf gives {-inf, 0};
+//   layer_norm: the slice's mean, then its centred squares: {mean, m2, count} (exact, no division
+//               per element);
+//   others:     accumulate.
+template <class Op, class P, class I>
+__device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __restrict__ src, P* cache, I n, I t, I threads,
+                                                   typename Op::stats_t* across_warps) {
+    using C = typename Op::compute_t;
+    using S = typename Op::stats_t;
+    using T = typename P::value_type;
+    constexpr int V = P::lanes;
+    C* scalars = reinterpret_cast<C*>(across_warps);  // 32 C fit in 32 S
+    if constexpr (shifted_exp_op<Op>) {
+        C m = -std::numeric_limits<C>::infinity();
+        visit_vectors<4>(src, n, t, threads, [&](const P* p, int count, I k, I stride) {
+            for (int u = 0; u < count; ++u) {
+                cache[k + I(u) * stride] = p[u];
+#pragma unroll
+                for (int j = 0; j < V; ++j) m = ops::Maximum{}(m, ops::cast<C>(p[u].v[j]));
+            }
+        });
+        m = block_combine(MaxOf<C>{}, m, scalars);
+        // A slice of only -inf (masked) contributes e = 0, not exp(-inf - -inf) = NaN.
+        const bool any = m != -std::numeric_limits<C>::infinity();
+        C sum = 0;
+        visit_vectors<4>(static_cast<const P*>(cache), n, t, threads, [&](const P* p, int count, I k, I stride) {
+            for (int u = 0; u < count; ++u) {
+                P e;
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const C v = any ? op.shifted_exp(ops::cast<C>(p[u].v[j]), m) : C(0);
+                    sum += v;
+                    if constexpr (keeps_exp<Op, T>) e.v[j] = v;
+                }
+                if constexpr (keeps_exp<Op, T>) cache[k + I(u) * stride] = e;
+            }
+        });
+        S s = op.identity();
+        s.max = m;
+        s.sum = block_combine(SumOf<C>{}, sum, scalars);
+        return s;
+    } else if constexpr (centered_op<Op>) {
+        if (n == 0) return op.identity();  // a cluster's last slice can be empty
+        C total = 0;
+        visit_vectors<4>(src, n, t, threads, [&](const P* p, int count, I k, I stride) {
+            for (int u = 0; u < count; ++u) {
+                cache[k + I(u) * stride] = p[u];
+#pragma unroll
+                for (int j = 0; j < V; ++j) total += ops::cast<C>(p[u].v[j]);
+            }
+        });
+        const std::int64_t elements = std::int64_t(n) * V;
+        const C mean = block_combine(SumOf<C>{}, total, scalars) / C(elements);
+        C squares = 0;
+        visit_vectors<4>(static_cast<const P*>(cache), n, t, threads, [&](const P* p, int count, I, I) {
+            for (int u = 0; u < count; ++u)
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const C d = ops::cast<C>(p[u].v[j]) - mean;
+                    squares += d * d;
+                }
+        });
+        return S{mean, block_combine(SumOf<C>{}, squares, scalars), elements};
+    } else {
+        S s = op.identity();
+        visit_vectors<4>(src, n, t, threads, [&](const P* p, int count, I k, I stride) {
+            for (int u = 0; u < count; ++u) cache[k + I(u) * stride] = p[u];
+            s = fold_group(op, s, p, count);
+        });
+        return block_combine(op, s, across_warps);
+    }
+}
+
+// Writes the output of vectors [begin, begin + n) of a row from the slice's cache, given the row's
+// statistics `all` and the slice's own `local` (where the cache holds exp(x - local.max), the
+// output rescales it: one exp per element in all).
+template <class Op, class P, class S, class I>
+__device__ void write_cached_slice(const Op& op, const S& all, const S& local, const P* cache, P* __restrict__ y, I begin, I n, I t,
+                                   I threads, I cols) {
     using C = typename Op::compute_t;
     using T = typename P::value_type;
     constexpr int V = P::lanes;
-    for (I i = begin + t; i < end; i += threads) {
-        const P p = src[i - src_begin];
-        P q;
+    auto write = [&](const auto& f, auto value) {
+        for (I k = t; k < n; k += threads) {
+            const P p = cache[k];
+            P q;
 #pragma unroll
-        for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(op.apply(f, ops::cast<C>(p.v[j]), std::int64_t(i) * V + j));
-        y[i] = q;
+            for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(value(f, ops::cast<C>(p.v[j]), std::int64_t(begin + k) * V + j));
+            y[begin + k] = q;
+        }
+    };
+    if constexpr (keeps_exp<Op, T>) {
+        write(op.finish_rebased(all.max, all.sum, local.max), [&](const auto& f, C e, std::int64_t) { return op.apply_shifted(f, e); });
+    } else if constexpr (shifted_exp_op<Op>) {
+        write(op.finish_max_sum(all.max, all.sum), [&](const auto& f, C x, std::int64_t c) { return op.apply(f, x, c); });
+    } else {
+        (void)local;
+        write(op.finish(all, std::int64_t(cols)), [&](const auto& f, C x, std::int64_t c) { return op.apply(f, x, c); });
     }
 }
 
@@ -226,36 +388,62 @@ __device__ void write_vectors(const Op& op, const F& f, const P* src, I src_begi
 template <class Op>
 inline constexpr std::size_t rows_static_smem = 32 * sizeof(typename Op::stats_t);
 
-// A block per row (any multiple of 32 threads up to 1024). With Cached, the launch gives cols * sizeof(T)
-// bytes of dynamic shared memory; each thread reads back only the vectors it stored itself, so the
-// cache needs no barrier of its own.
+// A block per row (any multiple of 32 threads up to 1024).
+//   Cached: the launch gives cols * sizeof(T) bytes of dynamic shared memory; the row is read from
+//           global memory once (cached_slice_stats), the output written from shared memory.
+//   not:    rows beyond a cluster's shared memory: the statistics in groups of 4 vectors per thread
+//           (fold_group), then the row read again for the output.
 // budget: threads 1024, registers 64
 template <int V, bool Cached, class Op, class T, class I>
 __global__ void __launch_bounds__(1024) rows_per_block(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
     using S = typename Op::stats_t;
+    using C = typename Op::compute_t;
     using P = ops::Packed<T, V>;
     __shared__ S across_warps[rows_static_smem<Op> / sizeof(S)];
     TESSEL_DYNAMIC_SHARED(P, cache);
     const I t = I(threadIdx.x), threads = I(blockDim.x), n = cols / I(V);
     for (I row = blockIdx.x; row < rows; row += gridDim.x) {
         const P* x = reinterpret_cast<const P*>(in + std::int64_t(row) * cols);
-        const S s = accumulate_vectors(op, x, Cached ? cache : static_cast<P*>(nullptr), I(0), n, t, threads, op.identity());
-        const auto f = op.finish(block_combine(op, s, across_warps), cols);
-        write_vectors(op, f, Cached ? static_cast<const P*>(cache) : x, I(0), reinterpret_cast<P*>(out + std::int64_t(row) * cols), I(0), n,
-                      t, threads);
+        P* y = reinterpret_cast<P*>(out + std::int64_t(row) * cols);
+        if constexpr (Cached) {
+            const S s = cached_slice_stats(op, x, cache, n, t, threads, across_warps);
+            write_cached_slice(op, s, s, static_cast<const P*>(cache), y, I(0), n, t, threads, cols);
+        } else {
+            S s = op.identity();
+            visit_vectors<4>(x, n, t, threads, [&](const P* p, int count, I, I) { s = fold_group(op, s, p, count); });
+            s = block_combine(op, s, across_warps);
+            const auto f = [&] {
+                if constexpr (shifted_exp_op<Op>) return op.finish_max_sum(s.max, s.sum);
+                else return op.finish(s, std::int64_t(cols));
+            }();
+            for (I k = t; k < n; k += threads) {
+                const P p = x[k];
+                P q;
+#pragma unroll
+                for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(op.apply(f, ops::cast<C>(p.v[j]), std::int64_t(k) * V + j));
+                y[k] = q;
+            }
+        }
     }
 }
 
 // The dynamic shared memory rows_per_cluster puts before its slice of the row: 32 statistics for
-// block_combine and one for the block's result, which the cluster's other blocks read.
+// block_combine, the block's statistics for even and odd rows (which the cluster's other blocks
+// read), and the row's combined statistics.
 template <class Op>
-inline constexpr std::size_t cluster_header_bytes = (33 * sizeof(typename Op::stats_t) + 15) / 16 * 16;
+inline constexpr std::size_t cluster_header_bytes = (35 * sizeof(typename Op::stats_t) + 15) / 16 * 16;
 
 // Rows too long for one block's shared memory (sm_90): a cluster of blocks per row, block r keeping
-// vectors [r * slice, (r + 1) * slice) in its dynamic shared memory. The blocks' statistics meet
-// through distributed shared memory, combined in rank order by every block (so all agree), and each
-// block writes its slice: the row is read from global memory once. Grid: clusters x blocks per
-// cluster along x; everything another block reads lives in dynamic shared memory.
+// vectors [r * slice, (r + 1) * slice) in its dynamic shared memory (cached_slice_stats). Each block
+// publishes its slice's statistics; after one cluster barrier per row, one warp of every block reads
+// them through distributed shared memory (lane r from block r) and combines them on a fixed tree, so
+// every block agrees; each block writes its slice: the row is read from global memory once.
+// The published statistics alternate between two slots by row parity: a slot is written again two
+// rows later, after every block has passed the next row's barrier and so finished reading it; one
+// barrier per row, none after the stores, and one before exit (no block may leave while another
+// still reads its shared memory). The barrier per row publishes shared-memory statistics, so it
+// keeps cluster.sync()'s release and acquire (a relaxed arrive would not make them visible).
+// Grid: clusters x blocks per cluster along x.
 // budget: threads 1024, registers 64
 template <int V, class Op, class T, class I>
 __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, I slice, Op op) {
@@ -271,21 +459,27 @@ __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ i
     const unsigned blocks = cluster.num_blocks(), rank = cluster.block_rank();
     TESSEL_DYNAMIC_SHARED(unsigned char, smem);
     S* across_warps = reinterpret_cast<S*>(smem);
-    S* block_stats = across_warps + 32;
+    S* published = across_warps + 32;  // [2], by row parity
+    S* row_stats = across_warps + 34;
     P* cache = reinterpret_cast<P*>(smem + cluster_header_bytes<Op>);
     const I t = I(threadIdx.x), threads = I(blockDim.x), n = cols / I(V);
     const I begin = I(rank) * slice < n ? I(rank) * slice : n, end = begin + slice < n ? begin + slice : n;
-    for (I row = I(blockIdx.x) / I(blocks); row < rows; row += I(gridDim.x) / I(blocks)) {
+    unsigned parity = 0;
+    for (I row = I(blockIdx.x) / I(blocks); row < rows; row += I(gridDim.x) / I(blocks), parity ^= 1u) {
         const P* x = reinterpret_cast<const P*>(in + std::int64_t(row) * cols);
-        const S s = block_combine(op, accumulate_vectors(op, x, cache, begin, end, t, threads, op.identity()), across_warps);
-        if (t == 0) *block_stats = s;
+        const S local = cached_slice_stats(op, x + begin, cache, end - begin, t, threads, across_warps);
+        if (t == 0) published[parity] = local;
         cluster.sync();
-        S all = op.identity();
-        for (unsigned r = 0; r < blocks; ++r) all = op.combine(all, *cluster.map_shared_rank(block_stats, int(r)));
-        write_vectors(op, op.finish(all, cols), static_cast<const P*>(cache), begin, reinterpret_cast<P*>(out + std::int64_t(row) * cols),
-                      begin, end, t, threads);
-        cluster.sync();  // block_stats is written again for the next row only after every block has read it
+        if (t < 32) {
+            S s = t < I(blocks) ? *cluster.map_shared_rank(published + parity, int(t)) : op.identity();
+            s = warp_combine(op, s, 32);
+            if (t == 0) *row_stats = s;
+        }
+        __syncthreads();
+        write_cached_slice(op, *row_stats, local, static_cast<const P*>(cache), reinterpret_cast<P*>(out + std::int64_t(row) * cols),
+                           begin, end - begin, t, threads, cols);
     }
+    cluster.sync();  // the last row's statistics are read from the other blocks' shared memory
 #endif
 }
 
