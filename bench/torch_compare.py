@@ -94,6 +94,12 @@ def problems():
         out.append((f"BM_layer_norm/{{impl}}/{cols}/manual_time", 8.0 * rows * cols, lambda shape=shape: (randn(*shape) * 4,),
                     lambda x, w=w, b=b, cols=cols: F.layer_norm(x, (cols,), w, b, 1e-5),
                     lambda x, w=w, b=b, cols=cols: F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)))
+    # Matrix products (bytes: the three matrices once; the report pairs by name and time).
+    for tag, dt, size in (("bf16", torch.bfloat16, 2), ("f32", torch.float32, 4)):
+        mm = 4096
+        out.append((f"BM_matmul/{{impl}}/{tag}/{mm}/manual_time", 3.0 * size * mm * mm,
+                    lambda dt=dt, mm=mm: (randn(mm, mm, dtype=dt), randn(mm, mm, dtype=dt)),
+                    lambda a, b: torch.matmul(a, b), lambda a, b: a.double() @ b.double()))
     # Rows sorted with their positions (torch.sort returns both, as tessel::sort does).
     out.append(("BM_sort/{impl}/f32/manual_time", 16.0 * 4096 * 4096, lambda: (randn(4096, 4096) * 1000,),
                 lambda x: torch.sort(x, dim=1, stable=True)[0], lambda x: x.double().sort(dim=1)[0]))

@@ -10,6 +10,7 @@
 #include <tessel/ops/quantize.hpp>
 #include <tessel/ops/random.hpp>
 #include <tessel/kernels/elementwise.cuh>
+#include <tessel/kernels/mma_matmul.cuh>
 #include <tessel/kernels/tiled_matmul.cuh>
 
 #include <span>
@@ -83,6 +84,13 @@ void matmul(int m, int n, int k, const T* a, const T* b, T* c) {
                    Acc(0), c, n);
 }
 
+// The tensor-core product in the tile shapes the tests run (64 x 64 / 3 stages, 128 x 128 / 4).
+template <class T, class Out, class Tile>
+void mma_matmul(int m, int n, int k, const T* a, const T* b, Out* c) {
+    tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr, m, n,
+                   k, a, k, b, n, c, n, tessel::kernels::LinearCombination{});
+}
+
 template <class T>
 void every_family(Tensor<T>& d, const Tensor<T>& a, unsigned* found) {
     elementwise(d, a, a, a, a);
@@ -114,6 +122,11 @@ void instantiate(unsigned* found) {
     map(1, nullptr, nullptr);
     matmul<float, float>(1, 1, 1, nullptr, nullptr, nullptr);
     matmul<__half, float>(1, 1, 1, nullptr, nullptr, nullptr);
+    using MmaLarge = tessel::kernels::MmaTile<128, 128, 2, 2, 4>;
+    using MmaSmall = tessel::kernels::MmaTile<64, 64, 2, 2, 3>;
+    mma_matmul<__nv_bfloat16, float, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<float*>(nullptr));
+    mma_matmul<__nv_bfloat16, __nv_bfloat16, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<__nv_bfloat16*>(nullptr));
+    mma_matmul<__half, __half, MmaSmall>(1, 1, 1, nullptr, nullptr, static_cast<__half*>(nullptr));
 }
 
 }  // namespace report

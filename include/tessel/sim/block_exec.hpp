@@ -123,6 +123,7 @@ struct BlockContext {
     BlockExecutor* exec = nullptr;
     ClusterState* cluster = nullptr;  // null: a launch without clusters (a cluster of one block)
     dim3 cluster_dim{1, 1, 1};
+    std::size_t dynamic_smem_bytes = 0;  // what the launch asked for (the warp-level instructions check addresses against it)
 };
 
 namespace detail {
@@ -199,6 +200,8 @@ inline void init_threads(std::vector<SimThread>& t, dim3 bd) {
                 s.fctx = nullptr;
                 s.stack = {};
                 s.asan_fake = nullptr;
+                s.async_copies.clear();
+                s.async_groups.clear();
             }
 }
 
@@ -264,7 +267,8 @@ public:
         fault_ = nullptr;
         ready_.clear();
         detail::DynamicSmem smem(cluster ? 0 : launch.dynamic_smem);
-        BlockContext bc{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem.p, this, cluster, launch.cluster};
+        BlockContext bc{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem.p, this, cluster, launch.cluster,
+                        launch.dynamic_smem};
         BlockContext* const saved_block = detail::tl_block;
         detail::tl_block = &bc;
 
@@ -470,7 +474,8 @@ public:
         const unsigned n = unsigned(threads_.size());
         sync_.reset(threads_, launch.kernel_name, block_idx);
         smem_ = std::make_unique<detail::DynamicSmem>(cluster ? 0 : launch.dynamic_smem);
-        block_ = BlockContext{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem_->p, this, cluster, launch.cluster};
+        block_ = BlockContext{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem_->p, this, cluster,
+                              launch.cluster, launch.dynamic_smem};
         fault_ = nullptr;
         active_ = n;
         done_ = 0;

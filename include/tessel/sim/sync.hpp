@@ -31,7 +31,8 @@ public:
 enum class SyncKind : std::uint8_t {
     syncthreads, syncthreads_count, syncthreads_and, syncthreads_or,  // block barriers
     syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, all, any,  // warp collectives
-    activemask  // the lanes of the warp that reach this point together
+    activemask,  // the lanes of the warp that reach this point together
+    warp_matrix  // a .sync.aligned matrix instruction of the whole warp (mma.sync, ldmatrix): WarpMatrixOp
 };
 
 inline bool is_block_barrier(SyncKind k) { return k <= SyncKind::syncthreads_or; }
@@ -51,11 +52,30 @@ inline const char* sync_name(SyncKind k) {
         case SyncKind::all: return "__all_sync";
         case SyncKind::any: return "__any_sync";
         case SyncKind::activemask: return "__activemask";
+        case SyncKind::warp_matrix: return "a warp-wide matrix instruction";
     }
     return "?";
 }
 
 enum class ThreadState : std::uint8_t { not_started, ready, running, waiting, exited };
+
+// One lane's part of a warp-wide matrix instruction (sim/warp_matrix.hpp derives the operands of
+// each instruction from it). The lane passes its address as the collective's value; once all 32
+// lanes wait at the same instruction, `compute` runs once with every lane's record and writes each
+// lane's results into its record. It throws std::invalid_argument on misuse (a misaligned or
+// non-shared address), which the block reports as a fault at the instruction's source line.
+struct WarpMatrixOp {
+    const char* name = "";                       // the PTX spelling, for messages
+    void (*compute)(WarpMatrixOp* const* lanes) = nullptr;  // lanes[0..31]
+};
+
+// A cp.async issued by one thread and not yet complete: its destination, and the source bytes as
+// they were when it was issued (the sim completes the copy when a wait covers its group).
+struct AsyncCopy {
+    unsigned char* dst = nullptr;
+    unsigned bytes = 0;
+    unsigned char data[16]{};
+};
 
 // One CUDA thread of the block being simulated, and what it is waiting at.
 struct SimThread {
@@ -69,6 +89,10 @@ struct SimThread {
     int arg = 0, width = 32, pred = 0;
     std::uint64_t value = 0;
     std::uint64_t result = 0;  // what the collective hands back
+    // cp.async state: copies issued and not complete (oldest first), and where each committed group
+    // ends in that list (oldest first); copies after the last end belong to no group yet.
+    std::vector<AsyncCopy> async_copies;
+    std::vector<std::size_t> async_groups;
     // Fiber executor only.
     boost::context::detail::fcontext_t fctx = nullptr;
     FiberStack stack{};
@@ -118,6 +142,7 @@ public:
             ++waiting_warp_;
             if (self.kind != SyncKind::activemask) {
                 check_warp_mask(self);
+                if (self.kind == SyncKind::warp_matrix && gone_[self.warp] != 0) partial_warp(self);
                 try_release_warp(self, released);
             }
         }
@@ -197,10 +222,40 @@ private:
         return s + " " + site_text(t.site);
     }
 
+    // A .aligned instruction needs all 32 lanes; some have exited (or the block's last warp is short).
+    [[noreturn]] void partial_warp(const SimThread& self) const {
+        const auto* op = reinterpret_cast<const WarpMatrixOp*>(self.value);
+        fault(concat(op->name, " at ", site_text(self.site), " executed by a partial warp: warp ", self.warp, " has lanes ",
+                     hex(gone_[self.warp]), " exited or absent (a .sync.aligned instruction must be executed by all 32 "
+                     "lanes of the warp, under a condition every lane evaluates the same)"));
+    }
+
+    // All 32 lanes wait at a warp-wide matrix instruction: they must be at the same one.
+    void run_warp_matrix(unsigned base) const {
+        WarpMatrixOp* lanes[32];
+        const SimThread& first = (*t_)[base];
+        for (unsigned l = 0; l < 32; ++l) {
+            const SimThread& o = (*t_)[base + l];
+            if (!same_site(o.site, first.site))
+                fault(concat("lanes of warp ", first.warp, " at different warp-wide matrix instructions: lane 0 at ",
+                             reinterpret_cast<const WarpMatrixOp*>(first.value)->name, " ", site_text(first.site), ", lane ", l,
+                             " at ", reinterpret_cast<const WarpMatrixOp*>(o.value)->name, " ", site_text(o.site)));
+            lanes[l] = reinterpret_cast<WarpMatrixOp*>(o.value);
+        }
+        try {
+            lanes[0]->compute(lanes);
+        } catch (const std::invalid_argument& e) {
+            fault(concat(lanes[0]->name, " at ", site_text(first.site), ": ", e.what()));
+        }
+    }
+
     void check_warp_mask(const SimThread& self) const {
         if (!(self.mask >> self.lane & 1u))
             fault(concat(sync_name(self.kind), " at ", site_text(self.site), " called by thread ", self.tid, " (lane ",
                          self.lane, ") with mask ", hex(self.mask), " that does not include the calling lane"));
+        if (self.kind == SyncKind::warp_matrix && self.mask != 0xffffffffu)
+            fault(concat(reinterpret_cast<const WarpMatrixOp*>(self.value)->name, " at ", site_text(self.site),
+                         " with mask ", hex(self.mask), ": the instruction is .aligned, all 32 lanes take part"));
         if (self.kind >= SyncKind::shfl_idx && self.kind <= SyncKind::shfl_xor &&
             (self.width < 1 || self.width > 32 || (self.width & (self.width - 1)) != 0))
             fault(concat(sync_name(self.kind), " at ", site_text(self.site), ": width ", self.width,
@@ -260,6 +315,10 @@ private:
             if (!(group >> l & 1u)) continue;
             const SimThread& o = (*t_)[base + l];
             if (o.state != ThreadState::waiting || o.kind != kind || o.mask != mask) return;
+        }
+        if (kind == SyncKind::warp_matrix) {
+            if (gone_[self.warp] != 0) partial_warp(self);  // a lane exited while the others waited
+            run_warp_matrix(base);
         }
         for (unsigned l = 0; l < 32; ++l)
             if (group >> l & 1u) (*t_)[base + l].result = collective_result((*t_)[base + l], base, group);

@@ -1,0 +1,144 @@
+// mma_matmul (ldmatrix + mma.sync + cp.async pipeline) against a double-precision host reference:
+// integer-valued inputs that fp32 accumulates exactly, so the result must equal the reference
+// rounded once to the output type; random reals within a stated bound; M, N, K not multiples of
+// the tile, leading dimensions padded with NaN that must never be read, and C poisoned (and its
+// padding checked untouched) so an unwritten or stray element fails.
+#include <tessel/kernels/mma_matmul.cuh>
+#include <tessel/runtime/device.hpp>
+#include <tessel/runtime/launch.hpp>
+
+#include <cstring>
+#include <limits>
+
+#include "../reference/matmul.hpp"
+#include "../support/device_array.hpp"
+
+using tessel::testing::DeviceArray;
+
+namespace {
+
+using Small = tessel::kernels::MmaTile<64, 64, 2, 2, 3>;     // 4 warps of 32 x 32, 3 stages
+using Large = tessel::kernels::MmaTile<128, 128, 2, 2, 4>;   // 4 warps of 64 x 64, 4 stages
+using Wide = tessel::kernels::MmaTile<64, 128, 1, 4, 2>;     // 4 warps of 64 x 32, 2 stages
+
+template <class T> constexpr double unit_roundoff() { return 0x1p-24; }
+template <> constexpr double unit_roundoff<__half>() { return 0x1p-11; }
+template <> constexpr double unit_roundoff<__nv_bfloat16>() { return 0x1p-8; }
+
+template <class T>
+const char* type_name() {
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    else if constexpr (std::is_same_v<T, __half>) return "fp16";
+    else return "bf16";
+}
+
+enum class Values { integers, reals };
+
+struct Case {
+    int m, n, k;
+    int pad_a = 0, pad_b = 0, pad_c = 0;  // extra columns beyond K, N, N (kept to multiples of 8 for A, B)
+    float alpha = 1.f, beta = 0.f;
+};
+
+template <class T, class OutT, class Tile>
+void run_case(const Case& c, Values values, std::uint64_t seed) {
+    using tessel::testing::from_double;
+    using tessel::testing::to_double;
+    const int lda = (c.k + 7) / 8 * 8 + c.pad_a, ldb = (c.n + 7) / 8 * 8 + c.pad_b, ldc = c.n + c.pad_c;
+    const std::string what = std::string(type_name<T>()) + " -> " + type_name<OutT>() + " " + std::to_string(c.m) + "x" +
+                             std::to_string(c.n) + "x" + std::to_string(c.k) + " lda " + std::to_string(lda) + " ldb " +
+                             std::to_string(ldb) + " ldc " + std::to_string(ldc) + " alpha " + std::to_string(c.alpha) +
+                             " beta " + std::to_string(c.beta) + " tile " + std::to_string(Tile::bm) + "x" +
+                             std::to_string(Tile::bn) + "/" + std::to_string(Tile::stages);
+    INFO(what);
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> ints(-4, 4);
+    std::uniform_real_distribution<double> reals(-1.0, 1.0);
+    auto draw = [&] { return values == Values::integers ? double(ints(rng)) : reals(rng); };
+    const T nan = from_double<T>(std::numeric_limits<double>::quiet_NaN());
+
+    // Operands with NaN in the padding columns: a kernel that reads past K or N poisons C.
+    std::vector<T> a(std::size_t(c.m) * lda, nan), b(std::size_t(c.k) * ldb, nan);
+    std::vector<double> ad(std::size_t(c.m) * c.k), bd(std::size_t(c.k) * c.n), cd(std::size_t(c.m) * c.n);
+    for (int i = 0; i < c.m; ++i)
+        for (int p = 0; p < c.k; ++p) {
+            a[std::size_t(i) * lda + p] = from_double<T>(draw());
+            ad[std::size_t(i) * c.k + p] = to_double(a[std::size_t(i) * lda + p]);
+        }
+    for (int p = 0; p < c.k; ++p)
+        for (int j = 0; j < c.n; ++j) {
+            b[std::size_t(p) * ldb + j] = from_double<T>(draw());
+            bd[std::size_t(p) * c.n + j] = to_double(b[std::size_t(p) * ldb + j]);
+        }
+    // C: the prior values where beta reads them, NaN everywhere else (padding always).
+    std::vector<OutT> c0(std::size_t(c.m) * ldc, from_double<OutT>(std::numeric_limits<double>::quiet_NaN()));
+    if (c.beta != 0)
+        for (int i = 0; i < c.m; ++i)
+            for (int j = 0; j < c.n; ++j) {
+                c0[std::size_t(i) * ldc + j] = from_double<OutT>(double(ints(rng)));
+                cd[std::size_t(i) * c.n + j] = to_double(c0[std::size_t(i) * ldc + j]);
+            }
+    const auto ref = tessel::reference::matmul(c.m, c.n, c.k, c.alpha, ad, bd, c.beta, cd);
+
+    DeviceArray<T> da(a), db(b);
+    DeviceArray<OutT> dc(c0);
+    auto kernel = tessel::kernels::mma_matmul<T, OutT, Tile>;
+    tessel::rt::set_max_dynamic_smem(kernel, int(Tile::smem_bytes()));
+    tessel::launch(kernel, Tile::grid(c.m, c.n), Tile::block(), Tile::smem_bytes(), nullptr, c.m, c.n, c.k, da.data(), lda,
+                   db.data(), ldb, dc.data(), ldc, tessel::kernels::LinearCombination{c.alpha, c.beta});
+    const auto out = dc.download();
+
+    std::vector<OutT> got(std::size_t(c.m) * c.n);
+    std::vector<double> want(got.size()), tol(got.size());
+    std::size_t pad_written = 0;
+    for (int i = 0; i < c.m; ++i) {
+        for (int j = 0; j < c.n; ++j) {
+            const std::size_t o = std::size_t(i) * c.n + j;
+            got[o] = out[std::size_t(i) * ldc + j];
+            if (values == Values::integers) {
+                // Integer products and sums below 2^24 are exact in fp32 whatever the order, so the
+                // only rounding is the final one to OutT: the result equals the rounded reference.
+                want[o] = to_double(from_double<OutT>(ref.c[o]));
+                tol[o] = 0;
+            } else {
+                // fp32 accumulation of k exact products (16-bit inputs multiply exactly in fp32):
+                // at most k * 2^-24 * sum|a b| (first order), plus alpha/beta's two roundings and
+                // the final rounding to OutT.
+                want[o] = ref.c[o];
+                tol[o] = (c.k + 2) * 0x1p-24 * ref.bound[o] + unit_roundoff<OutT>() * std::fabs(ref.c[o]) + 1e-30;
+            }
+        }
+        for (int j = c.n; j < ldc; ++j) pad_written += !std::isnan(to_double(out[std::size_t(i) * ldc + j]));
+    }
+    tessel::testing::check_close(got, want, tol, "mma_matmul " + what);
+    CHECK(pad_written == 0);
+}
+
+struct Shape {
+    int m, n, k;
+};
+// {1, 2, 7, 16, 33, 127, 200} crossed sparsely: every dimension below, at and past one tile, with
+// K tails inside a 16-byte chunk, inside a k16 step and inside a 32-deep slab.
+const Shape shapes[] = {{1, 1, 1},   {2, 7, 16},    {7, 2, 33},    {16, 16, 16},  {33, 127, 7},  {127, 33, 200},
+                        {200, 200, 127}, {16, 200, 2}, {127, 1, 33}, {65, 129, 100}, {130, 70, 64}};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("mma_matmul equals the exact product of integer-valued bf16/fp16 inputs", "[kernels][matmul][mma]",
+                   __nv_bfloat16, __half) {
+    if (tessel::device_count() == 0) return;
+    std::uint64_t seed = 1;
+    for (const Shape& s : shapes) {
+        run_case<TestType, float, Small>({s.m, s.n, s.k}, Values::integers, seed++);
+        run_case<TestType, TestType, Large>({s.m, s.n, s.k, 8, 0, 3, 2.f, -1.f}, Values::integers, seed++);
+    }
+    run_case<TestType, float, Wide>({129, 257, 95, 0, 8, 1, 1.f, 1.f}, Values::integers, seed++);
+}
+
+TEMPLATE_TEST_CASE("mma_matmul of random reals stays within fp32 accumulation's bound", "[kernels][matmul][mma][slow_under_tsan]",
+                   __nv_bfloat16, __half) {
+    if (tessel::device_count() == 0) return;
+    run_case<TestType, float, Large>({515, 1029, 263}, Values::reals, 11);
+    run_case<TestType, TestType, Small>({77, 45, 300, 0, 16, 5, 0.5f, 0.25f}, Values::reals, 12);
+    run_case<TestType, float, Wide>({3, 130, 1000}, Values::reals, 13);
+}
