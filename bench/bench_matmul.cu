@@ -1,5 +1,5 @@
 // Matrix products: the tensor-core kernel (mma_matmul: ldmatrix + mma.sync + a 4-stage cp.async
-// pipeline) on bf16 and the SIMT kernel (tiled_matmul) on fp32, each against cuBLAS on the same
+// pipeline) on bf16 and the SIMT kernel (simt_matmul) on fp32, each against cuBLAS on the same
 // row-major problem, as TFLOP/s, % of the cuBLAS rate measured in the same run, and the sampled
 // error against a double-precision host product. Square 4096 and 8192 on a GPU; the sim runs 256 as
 // a smoke test whose times are CPU times.
@@ -9,7 +9,7 @@
 #include "inputs.hpp"
 
 #include <tessel/kernels/mma_matmul.cuh>
-#include <tessel/kernels/tiled_matmul.cuh>
+#include <tessel/kernels/simt_matmul.cuh>
 
 namespace {
 
@@ -56,8 +56,8 @@ void BM_matmul_bf16(benchmark::State& state, Impl impl, int n) {
 #endif
     auto body = [&] {
         if (impl == Impl::tessel) {
-            tessel::launch(kernel, Tile::grid(n, n), Tile::block(), Tile::smem_bytes(), s, n, n, n, a.data(), n, b.data(), n,
-                           c.data(), n, tessel::kernels::LinearCombination{});
+            tessel::launch(kernel, Tile::grid(n, n), Tile::block(), Tile::smem_bytes(), s, n, n, n, a.data(), n, std::int64_t(0),
+                           b.data(), n, std::int64_t(0), c.data(), n, std::int64_t(0), 1, tessel::kernels::LinearCombination{});
         } else {
 #if defined(TESSEL_BACKEND_CUDA)
             // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS takes B first.
@@ -75,9 +75,9 @@ void BM_matmul_bf16(benchmark::State& state, Impl impl, int n) {
                    std::to_string(n) + "^3");
 }
 
-// fp32: the SIMT tiled_matmul<64 x 64 x 16, 4 x 4 per thread> or cublasSgemm.
+// fp32: simt_matmul<128 x 128 x 8, 8 x 8 per thread, 16-byte loads> or cublasSgemm.
 void BM_matmul_f32(benchmark::State& state, Impl impl, int n) {
-    using Tile = tessel::kernels::MatmulTile<64, 64, 16, 4, 4>;
+    using Tile = tessel::kernels::SimtTile<float, 128, 128, 8, 8, 8>;
     auto a = tessel::bench::random_tensor<float>({n, n}, 3);
     auto b = tessel::bench::random_tensor<float>({n, n}, 4);
     auto c = tessel::empty<float>({n, n});
@@ -87,8 +87,8 @@ void BM_matmul_f32(benchmark::State& state, Impl impl, int n) {
 #endif
     auto body = [&] {
         if (impl == Impl::tessel) {
-            tessel::launch(tessel::kernels::tiled_matmul<float, float, Tile>, Tile::grid(n, n), Tile::block(), 0, s, n, n, n, 1.f,
-                           a.data(), n, b.data(), n, 0.f, c.data(), n);
+            tessel::launch(tessel::kernels::simt_matmul<float, Tile, true>, Tile::grid(n, n), Tile::block(), 0, s, n, n, n, 1.f,
+                           a.data(), n, std::int64_t(0), b.data(), n, std::int64_t(0), 0.f, c.data(), n, std::int64_t(0), 1);
         } else {
 #if defined(TESSEL_BACKEND_CUDA)
             const float one = 1.f, zero = 0.f;
@@ -100,7 +100,7 @@ void BM_matmul_f32(benchmark::State& state, Impl impl, int n) {
     tessel::bench::time_region(state, s, body);
     tessel::bench::report_flops(state, 2.0 * double(n) * n * n, tessel::bench::ceilings().sgemm_tflops);
     tessel::bench::report_error(state, sampled_error(a, b, c), n * 0x1p-24);  // fp32 accumulation's bound
-    state.SetLabel(std::string(impl == Impl::tessel ? "tessel tiled_matmul 64x64x16" : "cublasSgemm") + ", fp32 " +
+    state.SetLabel(std::string(impl == Impl::tessel ? "tessel simt_matmul 128x128x8" : "cublasSgemm") + ", fp32 " +
                    std::to_string(n) + "^3");
 }
 

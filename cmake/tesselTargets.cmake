@@ -28,6 +28,16 @@ function(tessel_define_targets include_dir kernels_dir)
   add_library(tessel_sim_usage INTERFACE)
   target_link_libraries(tessel_sim_usage INTERFACE tessel::headers CUDA::toolkit Threads::Threads)
   target_compile_definitions(tessel_sim_usage INTERFACE TESSEL_BACKEND_SIM=1 TESSEL_SEPARATE_RUNTIME=1)
+  # The sim's cuBLAS stand-in multiplies fp32 and fp64 through OpenBLAS where it is installed
+  # (Debian libopenblas-dev), in plain loops otherwise.
+  set(BLA_VENDOR OpenBLAS)
+  find_package(BLAS QUIET)
+  if(BLAS_FOUND)
+    target_link_libraries(tessel_sim_usage INTERFACE ${BLAS_LIBRARIES})
+    target_compile_definitions(tessel_sim_usage INTERFACE TESSEL_SIM_HAS_OPENBLAS=1)
+  else()
+    message(STATUS "tessel: OpenBLAS not found; the sim's cuBLAS stand-in multiplies in plain loops (install libopenblas-dev)")
+  endif()
   # -rdynamic: the sim names kernels in its diagnostics through dladdr.
   target_link_options(tessel_sim_usage INTERFACE -rdynamic)
   add_library(tessel::sim INTERFACE IMPORTED GLOBAL)

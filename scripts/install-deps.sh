@@ -3,7 +3,7 @@
 # expected at /usr/local/cuda (or nvcc on PATH); it is not a Debian package here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(cmake ninja-build g++ catch2 libboost-context-dev libbenchmark-dev libdlpack-dev python3-matplotlib)
+packages=(cmake ninja-build g++ catch2 libboost-context-dev libbenchmark-dev libdlpack-dev libopenblas-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

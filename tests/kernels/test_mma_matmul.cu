@@ -85,7 +85,8 @@ void run_case(const Case& c, Values values, std::uint64_t seed) {
     auto kernel = tessel::kernels::mma_matmul<T, OutT, Tile>;
     tessel::rt::set_max_dynamic_smem(kernel, int(Tile::smem_bytes()));
     tessel::launch(kernel, Tile::grid(c.m, c.n), Tile::block(), Tile::smem_bytes(), nullptr, c.m, c.n, c.k, da.data(), lda,
-                   db.data(), ldb, dc.data(), ldc, tessel::kernels::LinearCombination{c.alpha, c.beta});
+                   std::int64_t(0), db.data(), ldb, std::int64_t(0), dc.data(), ldc, std::int64_t(0), 1,
+                   tessel::kernels::LinearCombination{c.alpha, c.beta});
     const auto out = dc.download();
 
     std::vector<OutT> got(std::size_t(c.m) * c.n);

@@ -17,6 +17,7 @@
 #include <string>
 #include <typeinfo>
 
+#include <tessel/lib/cublas.hpp>
 #include <tessel/tessel.hpp>
 
 #include "harness.hpp"
@@ -82,6 +83,9 @@ std::string run_here(const Case& c) {
         } catch (const std::exception& e) {  // a fault the case queued surfaces here
             if (outcome.empty()) outcome = std::string("left a pending device error: ") + e.what();
         }
+        // cuBLAS workspaces are kept per (handle, stream) by design (lib/cublas.hpp), like PyTorch's:
+        // given back here, so that a leak is what remains.
+        tessel::cublas::release_workspaces();
         const std::int64_t after = tessel::memory::allocated();
         if (after != before && outcome.empty())
             outcome = "leaked device memory: " + std::to_string(after - before) + " bytes still allocated";

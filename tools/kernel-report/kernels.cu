@@ -11,6 +11,7 @@
 #include <tessel/ops/random.hpp>
 #include <tessel/kernels/elementwise.cuh>
 #include <tessel/kernels/mma_matmul.cuh>
+#include <tessel/kernels/simt_matmul.cuh>
 #include <tessel/kernels/tiled_matmul.cuh>
 
 #include <span>
@@ -88,7 +89,16 @@ void matmul(int m, int n, int k, const T* a, const T* b, T* c) {
 template <class T, class Out, class Tile>
 void mma_matmul(int m, int n, int k, const T* a, const T* b, Out* c) {
     tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr, m, n,
-                   k, a, k, b, n, c, n, tessel::kernels::LinearCombination{});
+                   k, a, k, std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::LinearCombination{});
+}
+
+// The SIMT product in the configurations tessel::matmul picks, with and without 16-byte loads.
+template <class T, class Tile>
+void simt_matmul(int m, int n, int k, const T* a, const T* b, T* c) {
+    tessel::launch(tessel::kernels::simt_matmul<T, Tile, true>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, T(1), a, k,
+                   std::int64_t(0), b, n, std::int64_t(0), T(0), c, n, std::int64_t(0), 1);
+    tessel::launch(tessel::kernels::simt_matmul<T, Tile, false>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, T(1), a, k,
+                   std::int64_t(0), b, n, std::int64_t(0), T(0), c, n, std::int64_t(0), 1);
 }
 
 template <class T>
@@ -127,6 +137,9 @@ void instantiate(unsigned* found) {
     mma_matmul<__nv_bfloat16, float, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<float*>(nullptr));
     mma_matmul<__nv_bfloat16, __nv_bfloat16, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<__nv_bfloat16*>(nullptr));
     mma_matmul<__half, __half, MmaSmall>(1, 1, 1, nullptr, nullptr, static_cast<__half*>(nullptr));
+    simt_matmul<float, tessel::kernels::SimtTile<float, 128, 128, 8, 8, 8>>(1, 1, 1, nullptr, nullptr, nullptr);
+    simt_matmul<float, tessel::kernels::SimtTile<float, 64, 64, 16, 4, 4>>(1, 1, 1, nullptr, nullptr, nullptr);
+    simt_matmul<double, tessel::kernels::SimtTile<double, 64, 64, 8, 4, 4>>(1, 1, 1, nullptr, nullptr, nullptr);
 }
 
 }  // namespace report

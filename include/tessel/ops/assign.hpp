@@ -92,6 +92,19 @@ int device_attribute(Device d) {
     }
     return v;
 }
+
+// Raises Kernel's dynamic shared memory limit to `bytes` on device d the first time only: the
+// attribute lives in the device's context, and a driver call on every launch costs more than the
+// launch of a short row batch.
+template <auto Kernel>
+void allow_dynamic_smem(Device d, int bytes) {
+    static std::array<std::atomic<int>, 64> raised{};
+    if (d.index >= int(raised.size())) return rt::set_max_dynamic_smem(Kernel, bytes);
+    auto& slot = raised[std::size_t(d.index)];
+    if (slot.load(std::memory_order_acquire) >= bytes) return;
+    rt::set_max_dynamic_smem(Kernel, bytes);
+    slot.store(bytes, std::memory_order_release);
+}
 inline int multiprocessors(Device d) { return device_attribute<cudaDevAttrMultiProcessorCount>(d); }
 
 // The most blocks a grid-stride kernel gets: `per_sm` per multiprocessor on a GPU; on the sim, whose

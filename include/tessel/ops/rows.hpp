@@ -129,19 +129,6 @@ namespace detail {
 template <class T>
 using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// Raises Kernel's dynamic shared memory limit to `bytes` on device d the first time only: the
-// attribute lives in the device's context, and a driver call on every launch costs more than the
-// launch of a short row batch.
-template <auto Kernel>
-void allow_dynamic_smem(Device d, int bytes) {
-    static std::array<std::atomic<int>, 64> raised{};
-    if (d.index >= int(raised.size())) return rt::set_max_dynamic_smem(Kernel, bytes);
-    auto& slot = raised[std::size_t(d.index)];
-    if (slot.load(std::memory_order_acquire) >= bytes) return;
-    rt::set_max_dynamic_smem(Kernel, bytes);
-    slot.store(bytes, std::memory_order_release);
-}
-
 // How many clusters of `size` blocks of Kernel, each with `threads` threads and `bytes` of dynamic
 // shared memory, the device runs at once (0: none fit), asked once per device and configuration.
 // Also 0 when the kernel's binary was built for an architecture without clusters (a build for an

@@ -7,4 +7,5 @@
 #define TESSEL_RUNTIME_SOURCE 1
 
 #include <tessel/ops/copy.hpp>  // registers the device gather, scatter and fill kernels
+#include <tessel/sim/cublas.hpp>  // the cuBLAS stand-in
 #include <tessel/runtime/rt.hpp>

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -65,6 +66,9 @@ TESSEL_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEv
 TESSEL_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0);
 TESSEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
 TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s, std::shared_ptr<LaunchSpec> call, dim3 cluster = dim3(1, 1, 1));
+// Queues host work on stream s in stream order (a vendor-library stand-in's computation, like
+// sim/cublas.hpp's GEMM); an exception it throws is the stream's next error, as a kernel fault is.
+TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> work, std::string what);
 }  // namespace tessel::sim::api
 
 namespace tessel::sim {
@@ -627,6 +631,19 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
             st->fail(cudaErrorLaunchFailure, std::string(e.what()) + (call->launch_site.empty() ? "" : " (launched at " + call->launch_site + ")"));
         } catch (...) {
             st->fail(cudaErrorLaunchFailure, "sim: kernel " + call->kernel_name + " failed with an unknown exception");
+        }
+    });
+    return detail::ok();
+}
+
+TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> work, std::string what) {
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    CUstream_st* st = detail::resolve(s);
+    detail::enqueue(st, [work = std::move(work), what = std::move(what), st] {
+        try {
+            work();
+        } catch (const std::exception& e) {
+            st->fail(cudaErrorLaunchFailure, what + ": " + e.what());
         }
     });
     return detail::ok();

@@ -1,13 +1,15 @@
 // Tensor-core matrix product for 16-bit inputs (bf16, fp16) with fp32 accumulation:
-// C = epilogue(A * B, C), A row-major [M][K], B row-major [K][N], C row-major [M][N], any M, N, K.
+// C = epilogue(A * B, C), A row-major [M][K], B row-major [K][N], C row-major [M][N], any M, N, K,
+// for `batches` such products whose operands are batch strides apart (0 broadcasts one operand).
 // The main loop is a Stages-deep cp.async pipeline (one barrier per BK-deep slab) feeding
 // ldmatrix + mma.sync.m16n8k16 from XOR-swizzled shared memory; the epilogue stages the fp32
 // accumulators through shared memory so each thread applies the epilogue to 8 consecutive
 // elements of a row and stores them as one 16-byte vector. Runs on the GPU (sm_80+) and in the sim,
 // whose tessel::ptx checks every fragment, address and cp.async wait.
 //
-// Requirements (the host side checks them): lda and ldb multiples of 8 elements and A, B 16-byte
-// aligned (cp.async moves 16-byte chunks; edges are zero-filled through src-size); C has any ldc.
+// Requirements (the host side checks them): lda, ldb and the batch strides of A and B multiples of 8
+// elements and A, B 16-byte aligned (cp.async moves 16-byte chunks; edges are zero-filled through
+// src-size); C has any ldc and batch stride.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +42,12 @@ struct MmaTile {
         return pipe > stage_c ? pipe : stage_c;
     }
     static dim3 block() { return dim3(threads); }
-    // Column tiles along x, row tiles along y (at most 65535; taller problems loop over row tiles).
-    static dim3 grid(int m, int n) {
+    // Column tiles along x, row tiles along y, batches along z (y and z at most 65535: blocks loop
+    // over the rest).
+    static dim3 grid(int m, int n, int batches = 1) {
         const int row_tiles = (m + BM - 1) / BM;
-        return dim3(unsigned((n + BN - 1) / BN), unsigned(row_tiles < 65535 ? (row_tiles > 0 ? row_tiles : 1) : 65535));
+        return dim3(unsigned((n + BN - 1) / BN), unsigned(row_tiles < 65535 ? (row_tiles > 0 ? row_tiles : 1) : 65535),
+                    unsigned(batches < 65535 ? (batches > 0 ? batches : 1) : 65535));
     }
 };
 
@@ -89,8 +93,8 @@ __device__ __forceinline__ unsigned valid_bytes(int first, int limit) {
 // budget: threads 128, registers 255, hot
 template <class T, class OutT, class Tile, class Epilogue = LinearCombination>
 __global__ void __launch_bounds__(Tile::threads)
-mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, const T* __restrict__ b, int ldb, OutT* c, int ldc,
-           Epilogue epilogue) {
+mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
+           std::int64_t batch_stride_b, OutT* c, int ldc, std::int64_t batch_stride_c, int batches, Epilogue epilogue) {
     static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "mma_matmul takes bf16 or fp16 inputs");
     using namespace mma_detail;
     constexpr int BM = Tile::bm, BN = Tile::bn, S = Tile::stages, NT = Tile::threads;
@@ -101,8 +105,12 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, const T* __res
     const int col0 = int(blockIdx.x) * BN;
     const int k_tiles = (k + 31) / 32;
 
+    for (int batch = int(blockIdx.z); batch < batches; batch += int(gridDim.z))
     for (std::int64_t first_row = std::int64_t(blockIdx.y) * BM; first_row < m; first_row += std::int64_t(gridDim.y) * BM) {
         const int row0 = int(first_row);
+        const T* const a_batch = a + batch * batch_stride_a;
+        const T* const b_batch = b + batch * batch_stride_b;
+        OutT* const c_batch = c + batch * batch_stride_c;
 
         // Issues the copies of k-slab `kt` into stage `stage`; rows past M, columns past N and K
         // are zero-filled (src-size 0 reads nothing: the source is then the operand's base).
@@ -114,14 +122,14 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, const T* __res
             for (int i = 0; i < Tile::a_chunks; ++i) {
                 const int id = tid + i * NT, r = id >> 2, ch = id & 3;
                 const unsigned bytes = row0 + r < m ? valid_bytes(k0 + ch * 8, k) : 0u;
-                const T* src = bytes ? a + std::size_t(row0 + r) * lda + k0 + ch * 8 : a;
+                const T* src = bytes ? a_batch + std::size_t(row0 + r) * lda + k0 + ch * 8 : a_batch;
                 ptx::cp_async_16(sa + a_offset(r, ch), src, bytes);
             }
 #pragma unroll
             for (int i = 0; i < Tile::b_chunks; ++i) {
                 const int id = tid + i * NT, r = id / (BN / 8), ch = id % (BN / 8);
                 const unsigned bytes = k0 + r < k ? valid_bytes(col0 + ch * 8, n) : 0u;
-                const T* src = bytes ? b + std::size_t(k0 + r) * ldb + col0 + ch * 8 : b;
+                const T* src = bytes ? b_batch + std::size_t(k0 + r) * ldb + col0 + ch * 8 : b_batch;
                 ptx::cp_async_16(sb + b_offset<BN>(r, ch), src, bytes);
             }
         };
@@ -204,7 +212,7 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, const T* __res
             const int r = id / chunks_per_row, cc = (id % chunks_per_row) * 8;
             const int gr = row0 + r, gc = col0 + cc;
             if (gr >= m || gc >= n) continue;
-            OutT* dst = c + std::size_t(gr) * ldc + gc;
+            OutT* dst = c_batch + std::size_t(gr) * ldc + gc;
             const float* v = sc + r * Tile::c_stride + cc;
             const bool full = gc + 8 <= n;
             alignas(16) OutT out[8];

@@ -1,0 +1,362 @@
+// tessel::matmul against a double-precision host product, on both policies (hand-written kernels and
+// cuBLAS, the sim's stand-in on the sim) and every dtype: integer-valued inputs that every path
+// accumulates exactly (so results equal the reference rounded to the dtype), random reals within a
+// stated bound, sizes that are not multiples of any tile, transposed and strided views of each
+// operand and of the output, broadcast batches, 1-D operands, K = 0, alpha/beta, outputs poisoned
+// first; then the bad input each must refuse with a message naming it.
+#include <tessel/ops/matmul.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
+
+using tessel::MatmulOptions;
+using tessel::MatmulPolicy;
+using tessel::Shape;
+using tessel::Tensor;
+
+namespace {
+
+template <class T>
+constexpr double output_roundoff() {
+    if constexpr (std::is_same_v<T, double>) return 0x1p-53;
+    else if constexpr (std::is_same_v<T, float>) return 0x1p-24;
+    else if constexpr (std::is_same_v<T, __half>) return 0x1p-11;
+    else return 0x1p-8;
+}
+template <class T>
+constexpr double accumulate_roundoff() {  // fp64 accumulates in fp64, everything else in fp32
+    return std::is_same_v<T, double> ? 0x1p-53 : 0x1p-24;
+}
+
+// A device tensor and the same values on the host (as doubles, contiguous in the base shape).
+template <class T>
+struct Operand {
+    Tensor<T> base;             // on the device
+    std::vector<double> host;   // base's values
+};
+
+// Integer-valued (in [-4, 4]) or real (in [-1, 1)) values of shape s.
+template <class T>
+Operand<T> make(const Shape& s, std::uint64_t seed, bool integers) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> ints(-4, 4);
+    std::uniform_real_distribution<double> reals(-1, 1);
+    const auto n = std::size_t(tessel::Layout::contiguous(s).numel());
+    std::vector<T> v(n);
+    std::vector<double> h(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        v[i] = tessel::testing::from_double<T>(integers ? ints(rng) : reals(rng));
+        h[i] = tessel::testing::to_double(v[i]);
+    }
+    return {tessel::from_host<T>(std::span<const T>(v), s), h};
+}
+
+// The logical values of view `t` (a view of `base`, whose host values are `host`), row-major.
+template <class T>
+std::vector<double> logical(const Tensor<T>& t, const Tensor<T>& base, const std::vector<double>& host) {
+    const std::int64_t origin = t.layout().offset - base.layout().offset;
+    std::vector<double> out(std::size_t(t.numel()));
+    std::vector<std::int64_t> idx(std::size_t(t.dim()), 0);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        std::int64_t off = origin;
+        for (int d = 0; d < t.dim(); ++d) off += idx[std::size_t(d)] * t.strides()[d];
+        out[i] = host[std::size_t(off)];
+        for (int d = t.dim() - 1; d >= 0; --d) {
+            if (++idx[std::size_t(d)] < t.shape()[d]) break;
+            idx[std::size_t(d)] = 0;
+        }
+    }
+    return out;
+}
+
+// torch.matmul's result, in double, for logical operands a (shape sa) and b (shape sb); also the
+// sum of |products| per element (the error bound's scale).
+struct Reference {
+    Shape shape;
+    std::vector<double> value, magnitude;
+};
+inline Reference reference_matmul(const std::vector<double>& a, Shape sa, const std::vector<double>& b, Shape sb) {
+    const bool av = sa.size() == 1, bv = sb.size() == 1;
+    if (av) sa.insert(0, 1);
+    if (bv) sb.push_back(1);
+    const int ra = sa.size(), rb = sb.size(), rank = std::max(ra, rb);
+    const std::int64_t m = sa[ra - 2], k = sa[ra - 1], n = sb[rb - 1];
+    Shape batch;
+    for (int i = 0; i < rank - 2; ++i) {
+        const int ia = i - (rank - ra), ib = i - (rank - rb);
+        const std::int64_t x = ia >= 0 ? sa[ia] : 1, y = ib >= 0 ? sb[ib] : 1;
+        batch.push_back(std::max(x, y));
+    }
+    std::int64_t batches = 1;
+    for (auto x : batch) batches *= x;
+    Reference r;
+    r.value.assign(std::size_t(batches * m * n), 0);
+    r.magnitude.assign(r.value.size(), 0);
+    for (std::int64_t bi = 0; bi < batches; ++bi) {
+        // Batch index -> offsets in a and b, broadcasting size-1 dims.
+        std::int64_t rest = bi, oa = 0, ob = 0, stride_a = m * k, stride_b = k * n;
+        for (int i = rank - 3; i >= 0; --i) {
+            const std::int64_t j = rest % batch[i];
+            rest /= batch[i];
+            const int ia = i - (rank - ra), ib = i - (rank - rb);
+            if (ia >= 0) {
+                if (sa[ia] > 1) oa += j * stride_a;
+                stride_a *= sa[ia];
+            }
+            if (ib >= 0) {
+                if (sb[ib] > 1) ob += j * stride_b;
+                stride_b *= sb[ib];
+            }
+        }
+        for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) {
+                double s = 0, mag = 0;
+                for (std::int64_t p = 0; p < k; ++p) {
+                    const double x = a[std::size_t(oa + i * k + p)] * b[std::size_t(ob + p * n + j)];
+                    s += x;
+                    mag += std::fabs(x);
+                }
+                r.value[std::size_t((bi * m + i) * n + j)] = s;
+                r.magnitude[std::size_t((bi * m + i) * n + j)] = mag;
+            }
+    }
+    r.shape = batch;
+    if (!av) r.shape.push_back(m);
+    if (!bv) r.shape.push_back(n);
+    return r;
+}
+
+// Compares out (a device tensor of the reference's shape) with alpha * ref + beta * prior.
+template <class T>
+void check_result(const Tensor<T>& out, const Reference& ref, bool integers, double alpha, double beta, const std::vector<double>& prior,
+                  const std::string& what) {
+    REQUIRE(out.shape() == ref.shape);
+    const auto got = out.contiguous().to_vector();
+    std::vector<double> want(ref.value.size()), tol(ref.value.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        const double p = beta != 0 ? beta * prior[i] : 0.0;
+        const double exact = alpha * ref.value[i] + p;
+        if (integers) {
+            // Integer products and sums below 2^24 are exact in every accumulator: the only rounding
+            // is the final one to T.
+            want[i] = tessel::testing::to_double(tessel::testing::from_double<T>(exact));
+            tol[i] = 0;
+        } else {
+            // Accumulation error at most (K + 2) u_acc sum|ab| (first order, Higham's gamma_K with the
+            // alpha/beta operations), plus the output's rounding; 16-bit products are exact in fp32.
+            want[i] = exact;
+            tol[i] = 64 * accumulate_roundoff<T>() * (std::fabs(alpha) * ref.magnitude[i] + std::fabs(p)) +
+                     output_roundoff<T>() * std::fabs(exact) + 1e-300;
+        }
+    }
+    tessel::testing::check_close(got, want, tol, what);
+}
+
+template <class T>
+std::string name() {
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    else if constexpr (std::is_same_v<T, double>) return "fp64";
+    else if constexpr (std::is_same_v<T, __half>) return "fp16";
+    else return "bf16";
+}
+
+// a @ b for views made by fa, fb of fresh base operands, through both the new-tensor and the
+// out-tensor forms, on policy p; the reference from the views' logical values.
+template <class T, class FA, class FB>
+void check_views(MatmulPolicy p, const Shape& base_a, FA fa, const Shape& base_b, FB fb, bool integers, std::uint64_t seed,
+                 const std::string& what) {
+    const auto A = make<T>(base_a, seed, integers), B = make<T>(base_b, seed + 1, integers);
+    const Tensor<T> a = fa(A.base), b = fb(B.base);
+    const std::string label = name<T>() + " " + tessel::policy_name(p) + " " + what + ": " + a.shape().to_string() + " @ " +
+                              b.shape().to_string();
+    INFO(label);
+    const Reference ref = reference_matmul(logical(a, A.base, A.host), a.shape(), logical(b, B.base, B.host), b.shape());
+    tessel::testing::poison_next<T>(ref.shape);
+    const Tensor<T> c = tessel::matmul(a, b, MatmulOptions{.policy = p});
+    check_result(c, ref, integers, 1, 0, {}, label);
+    CHECK(tessel::last_matmul_choice().path == p);
+}
+
+constexpr MatmulPolicy policies[] = {MatmulPolicy::handwritten, MatmulPolicy::library};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("matmul equals the exact product of integer-valued inputs on both policies", "[ops][matmul]", float, double, __half,
+                   __nv_bfloat16) {
+    if (tessel::device_count() == 0) return;
+    const auto id = [](const Tensor<TestType>& t) { return t; };
+    struct Mnk {
+        std::int64_t m, n, k;
+    };
+    // {1, 2, 7, 16, 33, 127, 200} crossed sparsely: each below, at and past a tile, K tails of every kind.
+    const Mnk shapes[] = {{1, 1, 1}, {2, 7, 16}, {7, 2, 33}, {16, 16, 16}, {33, 127, 7}, {127, 33, 200}, {200, 200, 127}, {16, 200, 2}, {127, 1, 33}};
+    std::uint64_t seed = 100;
+    for (MatmulPolicy p : policies)
+        for (const Mnk& s : shapes) check_views<TestType>(p, {s.m, s.k}, id, {s.k, s.n}, id, true, seed += 2, "2-D");
+}
+
+TEMPLATE_TEST_CASE("matmul takes transposed, strided and broadcast operands, batches and vectors", "[ops][matmul]", float, double,
+                   __half, __nv_bfloat16) {
+    if (tessel::device_count() == 0) return;
+    using T = TestType;
+    const auto id = [](const Tensor<T>& t) { return t; };
+    const auto tr = [](const Tensor<T>& t) { return t.transpose(-1, -2); };
+    std::uint64_t seed = 500;
+    for (MatmulPolicy p : policies) {
+        // Transposed operands: cuBLAS takes them as transa/transb, the kernels after a copy.
+        check_views<T>(p, {33, 21}, tr, {33, 17}, id, true, seed += 2, "a transposed");
+        check_views<T>(p, {21, 33}, id, {17, 33}, tr, true, seed += 2, "b transposed");
+        check_views<T>(p, {33, 21}, tr, {17, 33}, tr, true, seed += 2, "both transposed");
+        // Every other column: no unit stride anywhere, a copy on every path.
+        check_views<T>(p, {19, 46}, [](const Tensor<T>& t) { return t.slice(1, 0, 46, 2); }, {23, 11}, id, true, seed += 2,
+                       "a column-strided");
+        // A row stride that is not the width (a column slice): a leading dimension.
+        check_views<T>(p, {19, 40}, [](const Tensor<T>& t) { return t.narrow(1, 3, 29); }, {29, 13}, id, true, seed += 2,
+                       "a with a leading dimension");
+        // Batches: b broadcast over a's batch (stride 0), both broadcast, a batch dim that does not
+        // merge with the next (walked on the host), a transposed batch.
+        check_views<T>(p, {3, 17, 9}, id, {9, 21}, id, true, seed += 2, "b broadcast over a batch");
+        check_views<T>(p, {2, 1, 17, 9}, id, {3, 9, 21}, id, true, seed += 2, "both broadcast");
+        check_views<T>(p, {3, 2, 17, 9}, [](const Tensor<T>& t) { return t.transpose(0, 1); }, {2, 3, 9, 5}, id, true, seed += 2,
+                       "batch dims that do not merge");
+        check_views<T>(p, {4, 9, 17}, tr, {4, 21, 9}, tr, true, seed += 2, "transposed batches");
+        // 1-D operands: a row vector, a column vector, a dot product, a batched matrix-vector product.
+        check_views<T>(p, {33}, id, {33, 7}, id, true, seed += 2, "vector @ matrix");
+        check_views<T>(p, {7, 33}, id, {33}, id, true, seed += 2, "matrix @ vector");
+        check_views<T>(p, {33}, id, {33}, id, true, seed += 2, "vector @ vector");
+        check_views<T>(p, {3, 7, 33}, id, {33}, id, true, seed += 2, "batched matrix @ vector");
+        // Empty: K = 0 gives zeros, M = 0 an empty result.
+        check_views<T>(p, {5, 0}, id, {0, 3}, id, true, seed += 2, "K = 0");
+        check_views<T>(p, {0, 4}, id, {4, 3}, id, true, seed += 2, "M = 0");
+    }
+}
+
+TEMPLATE_TEST_CASE("matmul of random reals stays within its accumulation bound", "[ops][matmul][slow_under_tsan]", float, double, __half,
+                   __nv_bfloat16) {
+    if (tessel::device_count() == 0) return;
+    const auto id = [](const Tensor<TestType>& t) { return t; };
+    for (MatmulPolicy p : policies) check_views<TestType>(p, {515, 263}, id, {263, 1029}, id, false, 900, "515 x 1029 x 263");
+}
+
+TEMPLATE_TEST_CASE("matmul into an out tensor: alpha, beta, transposed and strided outputs", "[ops][matmul]", float, __nv_bfloat16) {
+    if (tessel::device_count() == 0) return;
+    using T = TestType;
+    for (MatmulPolicy p : policies) {
+        INFO(tessel::policy_name(p));
+        const auto A = make<T>({37, 29}, 1, true), B = make<T>({29, 45}, 2, true);
+        const Reference ref = reference_matmul(A.host, A.base.shape(), B.host, B.base.shape());
+        // out = 2 a b - out, on a prior output (integers: exact).
+        const auto C = make<T>({37, 45}, 3, true);
+        tessel::matmul(A.base, B.base, C.base, MatmulOptions{.alpha = 2, .beta = -1, .policy = p});
+        check_result(C.base, ref, true, 2, -1, C.host, "alpha 2 beta -1");
+        // beta = 0 never reads out: NaN there must not show.
+        const Tensor<T> nan = tessel::full<T>({37, 45}, tessel::testing::from_double<T>(std::nan("")));
+        tessel::matmul(A.base, B.base, nan, MatmulOptions{.policy = p});
+        check_result(nan, ref, true, 1, 0, {}, "beta 0 over NaN");
+        // A transposed output (column layout): cuBLAS writes it directly, the kernels through a copy.
+        const Tensor<T> ct = tessel::full<T>({45, 37}, tessel::testing::from_double<T>(std::nan(""))).transpose(0, 1);
+        tessel::matmul(A.base, B.base, ct, MatmulOptions{.policy = p});
+        check_result(ct, ref, true, 1, 0, {}, "transposed out");
+        // An output with no unit stride: through a temporary; the untouched columns keep their values.
+        const Tensor<T> wide = tessel::full<T>({37, 90}, T(7));
+        tessel::matmul(A.base, B.base, wide.slice(1, 0, 90, 2), MatmulOptions{.policy = p});
+        check_result(wide.slice(1, 0, 90, 2), ref, true, 1, 0, {}, "column-strided out");
+        const auto rest = wide.slice(1, 1, 90, 2).contiguous().to_vector();
+        CHECK(std::all_of(rest.begin(), rest.end(), [](T v) { return tessel::testing::to_double(v) == 7.0; }));
+        // K = 0: out = beta * out.
+        const auto Z = make<T>({4, 6}, 4, true);
+        tessel::matmul(make<T>({4, 0}, 5, true).base, make<T>({0, 6}, 6, true).base, Z.base, MatmulOptions{.beta = 3, .policy = p});
+        const auto z = Z.base.to_vector();
+        for (std::size_t i = 0; i < z.size(); ++i) CHECK(tessel::testing::to_double(z[i]) == 3 * Z.host[i]);
+    }
+}
+
+TEST_CASE("matmul's hand-written kernels and the library agree on random bf16 and fp32 inputs", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    const auto a = make<__nv_bfloat16>({3, 150, 70}, 7, false).base, b = make<__nv_bfloat16>({70, 90}, 8, false).base;
+    const auto hand = tessel::matmul(a, b, MatmulOptions{.policy = MatmulPolicy::handwritten}).to_vector();
+    const auto lib = tessel::matmul(a, b, MatmulOptions{.policy = MatmulPolicy::library}).to_vector();
+    // Both round one fp32 sum of 70 exact products to bf16: their difference is at most two bf16
+    // ulps of the result plus both accumulations' bound (|ab| <= 1, K = 70: 70 * 70 * 2^-24 each).
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < hand.size(); ++i) {
+        const double x = tessel::testing::to_double(hand[i]), y = tessel::testing::to_double(lib[i]);
+        bad += !(std::fabs(x - y) <= 2 * 0x1p-8 * std::max(std::fabs(x), std::fabs(y)) + 2 * 70 * 70 * 0x1p-24);
+    }
+    CHECK(bad == 0);
+}
+
+TEST_CASE("matmul reports its path, follows the process policy, and uses the pooled cuBLAS handle's workspace", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    const auto a = make<float>({8, 8}, 1, true).base, b = make<float>({8, 8}, 2, true).base;
+    (void)tessel::matmul(a, b);
+    CHECK(tessel::last_matmul_choice().path == MatmulPolicy::library);  // automatic: no GPU dispatch table yet
+    CHECK_THAT(tessel::last_matmul_choice().reason, Catch::Contains("automatic"));
+    CHECK(tessel::last_matmul_choice().implementation == "cublasGemmStridedBatchedEx");
+    tessel::set_matmul_policy(MatmulPolicy::handwritten);
+    (void)tessel::matmul(a, b);
+    CHECK(tessel::last_matmul_choice().path == MatmulPolicy::handwritten);
+    CHECK(tessel::last_matmul_choice().implementation == "simt_matmul<64x64x16, 16-byte loads>");
+    tessel::set_matmul_policy(MatmulPolicy::automatic);
+    // A transposed operand on the library path is not copied; a column-strided one is.
+    (void)tessel::matmul(a.transpose(0, 1), b, MatmulOptions{.policy = MatmulPolicy::library});
+    CHECK(tessel::last_matmul_choice().copied_operands == 0);
+    (void)tessel::matmul(make<float>({8, 16}, 3, true).base.slice(1, 0, 16, 2), b, MatmulOptions{.policy = MatmulPolicy::library});
+    CHECK(tessel::last_matmul_choice().copied_operands == 1);
+    // An unaligned bf16 operand (K = 7: rows of 14 bytes) is packed for the tensor-core kernel.
+    (void)tessel::matmul(make<__nv_bfloat16>({9, 7}, 4, true).base, make<__nv_bfloat16>({7, 8}, 5, true).base,
+                         MatmulOptions{.policy = MatmulPolicy::handwritten});
+    CHECK(tessel::last_matmul_choice().copied_operands == 1);
+    CHECK_THAT(tessel::last_matmul_choice().implementation, Catch::Contains("mma_matmul"));
+#if defined(TESSEL_BACKEND_SIM)
+    // The library path reached the stand-in, with the (handle, stream)'s workspace from the cache.
+    const auto before = tessel::sim::cublas::gemm_calls();
+    (void)tessel::matmul(a, b, MatmulOptions{.policy = MatmulPolicy::library});
+    CHECK(tessel::sim::cublas::gemm_calls() == before + 1);
+    cublasHandle_t h = tessel::cublas::handle(tessel::current_device(), tessel::current_stream().handle());
+    CHECK(tessel::sim::cublas::workspace_bytes(h) == tessel::cublas::workspace_bytes(tessel::current_device()));
+#endif
+}
+
+TEST_CASE("matmul refuses bad input with a message naming it", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    const auto a = make<float>({3, 4}, 1, true).base, b = make<float>({5, 6}, 2, true).base;
+    auto message = [](auto&& f) -> std::string {
+        try {
+            f();
+        } catch (const tessel::InvalidArgument& e) {
+            return e.what();
+        }
+        return "(no error)";
+    };
+    CHECK_THAT(message([&] { (void)tessel::matmul(a, b); }),
+               Catch::Contains("[3, 4]") && Catch::Contains("[5, 6]") && Catch::Contains("cannot be multiplied"));
+    CHECK_THAT(message([&] { (void)tessel::matmul(make<float>({2, 3, 4}, 3, true).base, make<float>({3, 4, 5}, 4, true).base); }),
+               Catch::Contains("do not broadcast") && Catch::Contains("2 and 3"));
+    const auto b2 = make<float>({4, 6}, 5, true).base;
+    CHECK_THAT(message([&] { tessel::matmul(a, b2, tessel::empty<float>({3, 5})); }),
+               Catch::Contains("out has shape [3, 5]") && Catch::Contains("has shape [3, 6]"));
+    const auto sq = make<float>({4, 4}, 6, true).base;
+    CHECK_THAT(message([&] { tessel::matmul(sq, sq, sq); }), Catch::Contains("shares memory with a"));
+    CHECK_THAT(message([&] { (void)tessel::matmul(make<float>({4}, 7, true).base.select(0, 0), b2); }), Catch::Contains("at least one dim"));
+    CHECK_THAT(message([&] { (void)tessel::matmul(a.to_host(), b2); }), Catch::Contains("a is in host memory"));
+    CHECK_THAT(message([&] { (void)tessel::matmul(a, b2, MatmulOptions{.beta = 1}); }), Catch::Contains("beta = 1"));
+    CHECK_THAT(message([&] { (void)tessel::matmul(Tensor<float>(), b2); }), Catch::Contains("a is an undefined"));
+    CHECK_THROWS_AS(tessel::ops::detail::parse_matmul_policy("TESSEL_MATMUL_POLICY", "fast"), tessel::InvalidArgument);
+    // A cuBLAS status becomes a LibraryError naming it and the call (here: ldc < m, refused by cuBLAS
+    // and by the stand-in alike).
+    const float one = 1, zero = 0;
+    cublasHandle_t h = tessel::cublas::handle(tessel::current_device(), tessel::current_stream().handle());
+    try {
+        TESSEL_CUBLAS_CHECK(tessel::cublas::api::cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, sq.data(), CUDA_R_32F, 4, 0,
+                                                                           sq.data(), CUDA_R_32F, 4, 0, &zero, b.data(), CUDA_R_32F, 2, 0, 1,
+                                                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        FAIL("no error for ldc < m");
+    } catch (const tessel::LibraryError& e) {
+        CHECK(e.status_name() == "CUBLAS_STATUS_INVALID_VALUE");
+        CHECK_THAT(std::string(e.what()), Catch::Contains("cublasGemmStridedBatchedEx"));
+    }
+}

@@ -1,0 +1,76 @@
+// Bad input to matmul: shapes that do not multiply or broadcast, outputs of the wrong shape, place or
+// layout, aliasing, dims past 32 bits, streams and devices, and its environment variables.
+#include <cstdint>
+
+#include <tessel/tessel.hpp>
+#include <tessel/ops/matmul.hpp>
+
+#include "harness.hpp"
+
+namespace {
+using namespace tessel;
+using robustness::expect;
+
+Tensor<float> dev(const Shape& s) { return zeros<float>(s); }
+constexpr std::int64_t past_32_bits = std::int64_t(1) << 31;
+}  // namespace
+
+BAD("matmul", "inner dims that differ", Expect::invalid_argument, "shapes [3, 4] and [5, 6] cannot be multiplied") {
+    (void)matmul(dev({3, 4}), dev({5, 6}));
+};
+BAD("matmul", "a vector of the wrong length", Expect::invalid_argument, "b's only dim (5)") { (void)matmul(dev({3, 4}), dev({5})); };
+BAD("matmul", "batch dims that do not broadcast", Expect::invalid_argument, "do not broadcast: 2 and 3") {
+    (void)matmul(dev({2, 3, 4}), dev({3, 4, 5}));
+};
+BAD("matmul", "a 0-d operand", Expect::invalid_argument, "at least one dim") { (void)matmul(dev({4}).select(0, 1), dev({4})); };
+BAD("matmul", "an undefined operand", Expect::invalid_argument, "b is an undefined") { (void)matmul(dev({2, 2}), Tensor<float>{}); };
+BAD("matmul", "a host operand", Expect::invalid_argument, "b is in host memory") {
+    (void)matmul(dev({2, 2}), zeros<float>({2, 2}, {.space = MemorySpace::host}));
+};
+BAD("matmul", "an output of the wrong shape", Expect::invalid_argument, "out has shape [3, 5]") {
+    matmul(dev({3, 4}), dev({4, 6}), dev({3, 5}));
+};
+BAD("matmul", "an output in host memory", Expect::invalid_argument, "out is in host memory") {
+    matmul(dev({3, 4}), dev({4, 6}), zeros<float>({3, 6}, {.space = MemorySpace::host}));
+};
+BAD("matmul", "an output that is an operand", Expect::invalid_argument, "shares memory with b") {
+    const auto x = dev({4, 4});
+    matmul(dev({4, 4}), x, x);
+};
+BAD("matmul", "an output that overlaps an operand's storage", Expect::invalid_argument, "shares memory with a") {
+    const auto x = dev({8, 4});
+    matmul(x.narrow(0, 0, 4), dev({4, 4}), x.narrow(0, 2, 4));
+};
+BAD("matmul", "a broadcast output", Expect::invalid_argument, "repeats elements") {
+    matmul(dev({3, 4}), dev({4, 6}), dev({1, 6}).expand({3, 6}));
+};
+BAD("matmul", "beta without an output", Expect::invalid_argument, "beta = 0.5") {
+    (void)matmul(dev({3, 4}), dev({4, 6}), MatmulOptions{.beta = 0.5});
+};
+BAD("matmul", "K past 32 bits", Expect::unsupported, "K 2147483648") {
+    (void)matmul(dev({1, 1}).expand({1, past_32_bits}), dev({1, 1}).expand({past_32_bits, 1}));
+};
+BAD("matmul", "an invalid stream", Expect::cuda_error, "not a live stream") {
+    (void)matmul(dev({2, 2}), dev({2, 2}), MatmulOptions{.stream = reinterpret_cast<rt::stream_t>(std::uintptr_t(0xdead0))});
+};
+BAD("matmul", "empty operands compute nothing and succeed", Expect::defined, "") {
+    const auto c = matmul(dev({0, 3}), dev({3, 5}));
+    expect(c.shape() == Shape{0, 5}, "shape [0, 5]");
+    const auto z = matmul(full<float>({2, 0}, 1.f), full<float>({0, 3}, 1.f));
+    expect(z.to_vector() == std::vector<float>(6, 0.f), "K = 0 gives zeros");
+};
+BAD_ENV("matmul", "operands on two devices", Expect::invalid_argument, "a is on device 0 and b on device 1", {{"TESSEL_SIM_DEVICES", "2"}}) {
+    (void)matmul(zeros<float>({2, 2}, {.device = Device{0}}), zeros<float>({2, 2}, {.device = Device{1}}));
+};
+BAD_ENV("matmul", "a stream of another device", Expect::invalid_argument, "belongs to device 1", {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const Stream s = Stream::create({}, Device{1});
+    (void)matmul(dev({2, 2}), dev({2, 2}), MatmulOptions{.stream = s.handle()});
+};
+BAD_ENV("environment", "TESSEL_MATMUL_POLICY not a policy", Expect::invalid_argument, "TESSEL_MATMUL_POLICY='fast'",
+        {{"TESSEL_MATMUL_POLICY", "fast"}}) {
+    (void)matmul(dev({2, 2}), dev({2, 2}));
+};
+BAD_ENV("environment", "TESSEL_CUBLAS_WORKSPACE not a size", Expect::invalid_argument, "TESSEL_CUBLAS_WORKSPACE='lots'",
+        {{"TESSEL_CUBLAS_WORKSPACE", "lots"}}) {
+    (void)matmul(dev({2, 2}), dev({2, 2}), MatmulOptions{.policy = MatmulPolicy::library});
+};
