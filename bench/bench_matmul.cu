@@ -57,7 +57,8 @@ void BM_matmul_bf16(benchmark::State& state, Impl impl, int n) {
     auto body = [&] {
         if (impl == Impl::tessel) {
             tessel::launch(kernel, Tile::grid(n, n), Tile::block(), Tile::smem_bytes(), s, n, n, n, a.data(), n, std::int64_t(0),
-                           b.data(), n, std::int64_t(0), c.data(), n, std::int64_t(0), 1, tessel::kernels::LinearCombination{});
+                           b.data(), n, std::int64_t(0), c.data(), n, std::int64_t(0), 1,
+                           tessel::kernels::GemmEpilogue<float, __nv_bfloat16>{});
         } else {
 #if defined(TESSEL_BACKEND_CUDA)
             // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS takes B first.
@@ -87,8 +88,9 @@ void BM_matmul_f32(benchmark::State& state, Impl impl, int n) {
 #endif
     auto body = [&] {
         if (impl == Impl::tessel) {
-            tessel::launch(tessel::kernels::simt_matmul<float, Tile, true>, Tile::grid(n, n), Tile::block(), 0, s, n, n, n, 1.f,
-                           a.data(), n, std::int64_t(0), b.data(), n, std::int64_t(0), 0.f, c.data(), n, std::int64_t(0), 1);
+            tessel::launch(tessel::kernels::simt_matmul<float, Tile, true>, Tile::grid(n, n), Tile::block(), 0, s, n, n, n, a.data(), n,
+                           std::int64_t(0), b.data(), n, std::int64_t(0), c.data(), n, std::int64_t(0), 1,
+                           tessel::kernels::GemmEpilogue<float, float>{});
         } else {
 #if defined(TESSEL_BACKEND_CUDA)
             const float one = 1.f, zero = 0.f;

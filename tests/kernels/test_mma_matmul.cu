@@ -40,16 +40,18 @@ struct Case {
     float alpha = 1.f, beta = 0.f;
 };
 
-template <class T, class OutT, class Tile>
+// BColumns: B stored by columns (B^T row-major [N][ldb], a linear layer's weight).
+template <class T, class OutT, class Tile, bool BColumns = false>
 void run_case(const Case& c, Values values, std::uint64_t seed) {
     using tessel::testing::from_double;
     using tessel::testing::to_double;
-    const int lda = (c.k + 7) / 8 * 8 + c.pad_a, ldb = (c.n + 7) / 8 * 8 + c.pad_b, ldc = c.n + c.pad_c;
+    const int lda = (c.k + 7) / 8 * 8 + c.pad_a, ldc = c.n + c.pad_c;
+    const int ldb = BColumns ? (c.k + 7) / 8 * 8 + c.pad_b : (c.n + 7) / 8 * 8 + c.pad_b;
     const std::string what = std::string(type_name<T>()) + " -> " + type_name<OutT>() + " " + std::to_string(c.m) + "x" +
                              std::to_string(c.n) + "x" + std::to_string(c.k) + " lda " + std::to_string(lda) + " ldb " +
                              std::to_string(ldb) + " ldc " + std::to_string(ldc) + " alpha " + std::to_string(c.alpha) +
                              " beta " + std::to_string(c.beta) + " tile " + std::to_string(Tile::bm) + "x" +
-                             std::to_string(Tile::bn) + "/" + std::to_string(Tile::stages);
+                             std::to_string(Tile::bn) + "/" + std::to_string(Tile::stages) + (BColumns ? ", B by columns" : "");
     INFO(what);
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int> ints(-4, 4);
@@ -58,7 +60,7 @@ void run_case(const Case& c, Values values, std::uint64_t seed) {
     const T nan = from_double<T>(std::numeric_limits<double>::quiet_NaN());
 
     // Operands with NaN in the padding columns: a kernel that reads past K or N poisons C.
-    std::vector<T> a(std::size_t(c.m) * lda, nan), b(std::size_t(c.k) * ldb, nan);
+    std::vector<T> a(std::size_t(c.m) * lda, nan), b(std::size_t(BColumns ? c.n : c.k) * ldb, nan);
     std::vector<double> ad(std::size_t(c.m) * c.k), bd(std::size_t(c.k) * c.n), cd(std::size_t(c.m) * c.n);
     for (int i = 0; i < c.m; ++i)
         for (int p = 0; p < c.k; ++p) {
@@ -67,8 +69,9 @@ void run_case(const Case& c, Values values, std::uint64_t seed) {
         }
     for (int p = 0; p < c.k; ++p)
         for (int j = 0; j < c.n; ++j) {
-            b[std::size_t(p) * ldb + j] = from_double<T>(draw());
-            bd[std::size_t(p) * c.n + j] = to_double(b[std::size_t(p) * ldb + j]);
+            T& x = BColumns ? b[std::size_t(j) * ldb + p] : b[std::size_t(p) * ldb + j];
+            x = from_double<T>(draw());
+            bd[std::size_t(p) * c.n + j] = to_double(x);
         }
     // C: the prior values where beta reads them, NaN everywhere else (padding always).
     std::vector<OutT> c0(std::size_t(c.m) * ldc, from_double<OutT>(std::numeric_limits<double>::quiet_NaN()));
@@ -82,11 +85,13 @@ void run_case(const Case& c, Values values, std::uint64_t seed) {
 
     DeviceArray<T> da(a), db(b);
     DeviceArray<OutT> dc(c0);
-    auto kernel = tessel::kernels::mma_matmul<T, OutT, Tile>;
+    auto kernel = tessel::kernels::mma_matmul<T, OutT, Tile, BColumns>;
     tessel::rt::set_max_dynamic_smem(kernel, int(Tile::smem_bytes()));
+    tessel::kernels::GemmEpilogue<float, OutT> epilogue;
+    epilogue.alpha = c.alpha;
+    epilogue.beta = c.beta;
     tessel::launch(kernel, Tile::grid(c.m, c.n), Tile::block(), Tile::smem_bytes(), nullptr, c.m, c.n, c.k, da.data(), lda,
-                   std::int64_t(0), db.data(), ldb, std::int64_t(0), dc.data(), ldc, std::int64_t(0), 1,
-                   tessel::kernels::LinearCombination{c.alpha, c.beta});
+                   std::int64_t(0), db.data(), ldb, std::int64_t(0), dc.data(), ldc, std::int64_t(0), 1, epilogue);
     const auto out = dc.download();
 
     std::vector<OutT> got(std::size_t(c.m) * c.n);
@@ -132,6 +137,7 @@ TEMPLATE_TEST_CASE("mma_matmul equals the exact product of integer-valued bf16/f
     for (const Shape& s : shapes) {
         run_case<TestType, float, Small>({s.m, s.n, s.k}, Values::integers, seed++);
         run_case<TestType, TestType, Large>({s.m, s.n, s.k, 8, 0, 3, 2.f, -1.f}, Values::integers, seed++);
+        run_case<TestType, float, Small, true>({s.m, s.n, s.k, 0, 8, 1, 1.f, 0.5f}, Values::integers, seed++);
     }
     run_case<TestType, float, Wide>({129, 257, 95, 0, 8, 1, 1.f, 1.f}, Values::integers, seed++);
 }
@@ -142,4 +148,5 @@ TEMPLATE_TEST_CASE("mma_matmul of random reals stays within fp32 accumulation's 
     run_case<TestType, float, Large>({515, 1029, 263}, Values::reals, 11);
     run_case<TestType, TestType, Small>({77, 45, 300, 0, 16, 5, 0.5f, 0.25f}, Values::reals, 12);
     run_case<TestType, float, Wide>({3, 130, 1000}, Values::reals, 13);
+    run_case<TestType, TestType, Large, true>({300, 259, 77}, Values::reals, 14);
 }

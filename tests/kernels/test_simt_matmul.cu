@@ -59,8 +59,11 @@ void run_case(const Case& c, bool integers, std::uint64_t seed) {
 
     DeviceArray<T> da(a), db(b), dc(c0);
     auto kernel = tessel::kernels::simt_matmul<T, Tile, Aligned>;
-    tessel::launch(kernel, Tile::grid(c.m, c.n, c.batches), Tile::block(), 0, nullptr, c.m, c.n, c.k, T(c.alpha), da.data(), lda, sa,
-                   db.data(), ldb, sb, T(c.beta), dc.data(), ldc, sc, c.batches);
+    tessel::kernels::GemmEpilogue<T, T> epilogue;
+    epilogue.alpha = T(c.alpha);
+    epilogue.beta = T(c.beta);
+    tessel::launch(kernel, Tile::grid(c.m, c.n, c.batches), Tile::block(), 0, nullptr, c.m, c.n, c.k, da.data(), lda, sa, db.data(),
+                   ldb, sb, dc.data(), ldc, sc, c.batches, epilogue);
     const auto out = dc.download();
 
     std::vector<T> got;

@@ -294,7 +294,7 @@ TEST_CASE("matmul reports its path, follows the process policy, and uses the poo
     const auto a = make<float>({8, 8}, 1, true).base, b = make<float>({8, 8}, 2, true).base;
     (void)tessel::matmul(a, b);
     CHECK(tessel::last_matmul_choice().path == MatmulPolicy::library);  // automatic: no GPU dispatch table yet
-    CHECK_THAT(tessel::last_matmul_choice().reason, Catch::Contains("automatic"));
+    CHECK_THAT(std::string(tessel::last_matmul_choice().reason), Catch::Contains("automatic"));
     CHECK(tessel::last_matmul_choice().implementation == "cublasGemmStridedBatchedEx");
     tessel::set_matmul_policy(MatmulPolicy::handwritten);
     (void)tessel::matmul(a, b);
@@ -310,7 +310,7 @@ TEST_CASE("matmul reports its path, follows the process policy, and uses the poo
     (void)tessel::matmul(make<__nv_bfloat16>({9, 7}, 4, true).base, make<__nv_bfloat16>({7, 8}, 5, true).base,
                          MatmulOptions{.policy = MatmulPolicy::handwritten});
     CHECK(tessel::last_matmul_choice().copied_operands == 1);
-    CHECK_THAT(tessel::last_matmul_choice().implementation, Catch::Contains("mma_matmul"));
+    CHECK_THAT(std::string(tessel::last_matmul_choice().implementation), Catch::Contains("mma_matmul"));
 #if defined(TESSEL_BACKEND_SIM)
     // The library path reached the stand-in, with the (handle, stream)'s workspace from the cache.
     const auto before = tessel::sim::cublas::gemm_calls();
@@ -359,4 +359,106 @@ TEST_CASE("matmul refuses bad input with a message naming it", "[ops][matmul]") 
         CHECK(e.status_name() == "CUBLAS_STATUS_INVALID_VALUE");
         CHECK_THAT(std::string(e.what()), Catch::Contains("cublasGemmStridedBatchedEx"));
     }
+}
+
+namespace {
+
+// The reference of a fused epilogue: activation(v + bias) + residual, in double.
+double activate(tessel::Activation act, double x) {
+    switch (act) {
+        case tessel::Activation::none: return x;
+        case tessel::Activation::relu: return x < 0 ? 0 : x;
+        case tessel::Activation::gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+        case tessel::Activation::gelu_tanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        case tessel::Activation::silu: return x / (1 + std::exp(-x));
+    }
+    return x;
+}
+
+template <class T, class Out>
+void check_epilogue(MatmulPolicy p, tessel::Activation act, bool per_row, bool with_residual, std::uint64_t seed) {
+    const std::int64_t batch = 2, m = 37, n = 45, k = 29;
+    const auto A = make<T>({batch, m, k}, seed, false), B = make<T>({k, n}, seed + 1, false);
+    const auto bias = make<Out>({per_row ? m : n}, seed + 2, false);
+    const auto res = make<Out>({batch, m, n}, seed + 3, false);
+    const Reference ref = reference_matmul(A.host, A.base.shape(), B.host, B.base.shape());
+    tessel::MatmulEpilogue<Out> e{.bias = bias.base, .bias_per_row = per_row, .activation = act};
+    if (with_residual) e.residual = res.base;
+    const Tensor<Out> out = tessel::full<Out>({batch, m, n}, tessel::testing::from_double<Out>(std::nan("")));
+    tessel::matmul(A.base, B.base, out, MatmulOptions{.policy = p}, e);
+    const auto got = out.to_vector();
+    std::vector<double> want(got.size()), tol(got.size());
+    for (std::int64_t z = 0; z < batch; ++z)
+        for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) {
+                const std::size_t o = std::size_t((z * m + i) * n + j);
+                const double pre = ref.value[o] + bias.host[std::size_t(per_row ? i : j)];
+                want[o] = activate(act, pre) + (with_residual ? res.host[o] : 0.0);
+                // The product's accumulation bound (fp32: (K + 2) 2^-24 sum|ab|), carried through the
+                // activation (|slope| <= 1.13 for gelu, 1.1 for silu), plus fp32 math-function error
+                // (a few ulps of the result) and the output's rounding.
+                tol[o] = 1.2 * (k + 4) * accumulate_roundoff<T>() * (ref.magnitude[o] + 1) + 8 * 0x1p-24 * (std::fabs(want[o]) + 1) +
+                         output_roundoff<Out>() * std::fabs(want[o]) + 1e-30;
+            }
+    INFO(name<T>() << " -> " << name<Out>() << " " << tessel::policy_name(p) << " activation " << int(act) << (per_row ? " row bias" : " column bias")
+                   << (with_residual ? " + residual" : "") << ": " << tessel::last_matmul_choice().implementation);
+    tessel::testing::check_close(got, want, tol, "fused epilogue");
+}
+
+}  // namespace
+
+TEST_CASE("matmul fuses bias, activation and residual into the product on both policies", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    using tessel::Activation;
+    std::uint64_t seed = 3000;
+    for (MatmulPolicy p : policies)
+        for (Activation act : {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu}) {
+            check_epilogue<float, float>(p, act, false, act == Activation::gelu, seed += 4);
+            check_epilogue<__nv_bfloat16, __nv_bfloat16>(p, act, act == Activation::relu, act != Activation::none, seed += 4);
+        }
+    // fp32 output of bf16 and fp16 inputs (the accumulator without rounding), fp64 with a row bias.
+    for (MatmulPolicy p : policies) {
+        check_epilogue<__nv_bfloat16, float>(p, Activation::silu, false, true, seed += 4);
+        check_epilogue<__half, float>(p, Activation::none, true, false, seed += 4);
+        check_epilogue<double, double>(p, Activation::gelu_tanh, true, true, seed += 4);
+    }
+}
+
+TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight without a copy", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    const std::int64_t rows = 19, in = 40, out_features = 24;
+    for (MatmulPolicy p : policies) {
+        INFO(tessel::policy_name(p));
+        const auto x = make<__nv_bfloat16>({rows, in}, 1, true), w = make<__nv_bfloat16>({out_features, in}, 2, true);
+        const auto bias = make<__nv_bfloat16>({out_features}, 3, true);
+        const Tensor<__nv_bfloat16> y = tessel::linear(x.base, w.base, bias.base, tessel::Activation::relu, MatmulOptions{.policy = p});
+        CHECK(tessel::last_matmul_choice().copied_operands == 0);
+        if (p == MatmulPolicy::handwritten) CHECK_THAT(std::string(tessel::last_matmul_choice().implementation), Catch::Contains("B by columns"));
+        REQUIRE(y.shape() == Shape{rows, out_features});
+        const auto got = y.to_vector();
+        for (std::int64_t i = 0; i < rows; ++i)
+            for (std::int64_t o = 0; o < out_features; ++o) {
+                double s = bias.host[std::size_t(o)];
+                for (std::int64_t c = 0; c < in; ++c) s += x.host[std::size_t(i * in + c)] * w.host[std::size_t(o * in + c)];
+                // Integers: exact until the final rounding to bf16.
+                const double want = tessel::testing::to_double(tessel::testing::from_double<__nv_bfloat16>(s < 0 ? 0 : s));
+                CHECK(tessel::testing::to_double(got[std::size_t(i * out_features + o)]) == want);
+            }
+    }
+    auto message = [](auto&& f) -> std::string {
+        try {
+            f();
+        } catch (const tessel::InvalidArgument& e) {
+            return e.what();
+        }
+        return "(no error)";
+    };
+    const auto x = make<float>({3, 5}, 1, true).base, w = make<float>({4, 5}, 2, true).base;
+    CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("4 elements (one per output column)"));
+    CHECK_THAT(message([&] { (void)tessel::linear(x, make<float>({4, 6}, 4, true).base); }), Catch::Contains("in_features (6)"));
+    CHECK_THAT(message([&] {
+                   tessel::matmul(x, w.transpose(0, 1), tessel::empty<float>({3, 4}), MatmulOptions{},
+                                  tessel::MatmulEpilogue<float>{.residual = tessel::empty<float>({4, 3})});
+               }),
+               Catch::Contains("the residual has shape [4, 3]"));
 }

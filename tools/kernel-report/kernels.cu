@@ -89,16 +89,18 @@ void matmul(int m, int n, int k, const T* a, const T* b, T* c) {
 template <class T, class Out, class Tile>
 void mma_matmul(int m, int n, int k, const T* a, const T* b, Out* c) {
     tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr, m, n,
-                   k, a, k, std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::LinearCombination{});
+                   k, a, k, std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::GemmEpilogue<float, Out>{});
+    tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile, true>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr, m,
+                   n, k, a, k, std::int64_t(0), b, k, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::GemmEpilogue<float, Out>{});
 }
 
 // The SIMT product in the configurations tessel::matmul picks, with and without 16-byte loads.
 template <class T, class Tile>
 void simt_matmul(int m, int n, int k, const T* a, const T* b, T* c) {
-    tessel::launch(tessel::kernels::simt_matmul<T, Tile, true>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, T(1), a, k,
-                   std::int64_t(0), b, n, std::int64_t(0), T(0), c, n, std::int64_t(0), 1);
-    tessel::launch(tessel::kernels::simt_matmul<T, Tile, false>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, T(1), a, k,
-                   std::int64_t(0), b, n, std::int64_t(0), T(0), c, n, std::int64_t(0), 1);
+    tessel::launch(tessel::kernels::simt_matmul<T, Tile, true>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, a, k,
+                   std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::GemmEpilogue<T, T>{});
+    tessel::launch(tessel::kernels::simt_matmul<T, Tile, false>, Tile::grid(m, n), Tile::block(), 0, nullptr, m, n, k, a, k,
+                   std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::GemmEpilogue<T, T>{});
 }
 
 template <class T>

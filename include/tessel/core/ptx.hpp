@@ -18,55 +18,44 @@
 
 namespace tessel::ptx {
 
-// D = A * B + C for a warp: m16n8k16, A 16x16 row-major bf16 (4 registers), B 16x8 column-major
-// bf16 (2 registers), C and D 16x8 fp32 (4 each). Lane layouts: PTX ISA 9.7.14.5.9.
-__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],
-                                                  const float (&c)[4] TESSEL_PTX_SITE) {
+// The fp32-accumulating mma.sync shapes: D (4 fp32) = A (4 registers) * B (2) + C (4 fp32).
 #if defined(TESSEL_BACKEND_SIM)
-    sim::warp::mma<sim::warp::MmaKind::bf16_k16>(reinterpret_cast<std::uint32_t(&)[4]>(d), a, b,
-                                                 reinterpret_cast<const std::uint32_t(&)[4]>(c), where);
+#define TESSEL_PTX_MMA_F32(name, kind, instruction)                                                                        \
+    __device__ __forceinline__ void name(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],          \
+                                         const float (&c)[4] TESSEL_PTX_SITE) {                                            \
+        sim::warp::mma<sim::warp::MmaKind::kind>(reinterpret_cast<std::uint32_t(&)[4]>(d), a, b,                            \
+                                                 reinterpret_cast<const std::uint32_t(&)[4]>(c), where);                    \
+    }
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%11,%12,%13};\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-#elif defined(__CUDA_ARCH__)
-    __trap();
+#define TESSEL_PTX_MMA_F32(name, kind, instruction)                                                                        \
+    __device__ __forceinline__ void name(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],          \
+                                         const float (&c)[4]) {                                                            \
+        asm volatile(instruction " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"                           \
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                                        \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),     \
+                       "f"(c[3]));                                                                                          \
+    }
+#else
+#define TESSEL_PTX_MMA_F32(name, kind, instruction)                                                                        \
+    __device__ __forceinline__ void name(float (&)[4], const std::uint32_t (&)[4], const std::uint32_t (&)[2], const float (&)[4]) { \
+        TESSEL_PTX_UNAVAILABLE();                                                                                           \
+    }
 #endif
-}
-
-// The same for fp16 inputs (fp32 accumulate).
-__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],
-                                                 const float (&c)[4] TESSEL_PTX_SITE) {
-#if defined(TESSEL_BACKEND_SIM)
-    sim::warp::mma<sim::warp::MmaKind::f16_k16>(reinterpret_cast<std::uint32_t(&)[4]>(d), a, b,
-                                                reinterpret_cast<const std::uint32_t(&)[4]>(c), where);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%11,%12,%13};\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-#elif defined(__CUDA_ARCH__)
-    __trap();
+#if defined(__CUDA_ARCH__)
+#define TESSEL_PTX_UNAVAILABLE() __trap()
+#else
+#define TESSEL_PTX_UNAVAILABLE()
 #endif
-}
 
+// m16n8k16, A 16x16 row-major bf16 (two elements per register), B 16x8 column-major bf16, C and D
+// 16x8 fp32. Lane layouts: PTX ISA 9.7.14.5.9.
+TESSEL_PTX_MMA_F32(mma_m16n8k16_bf16, bf16_k16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+// The same for fp16 inputs.
+TESSEL_PTX_MMA_F32(mma_m16n8k16_f16, f16_k16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
 // m16n8k8 with tf32 inputs (A 16x8, B 8x8, one element per register; the 13 low mantissa bits are
 // not read: round with cvt_rna_tf32 first). Lane layouts: PTX ISA 9.7.14.5.8.
-__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],
-                                                 const float (&c)[4] TESSEL_PTX_SITE) {
-#if defined(TESSEL_BACKEND_SIM)
-    sim::warp::mma<sim::warp::MmaKind::tf32_k8>(reinterpret_cast<std::uint32_t(&)[4]>(d), a, b,
-                                                reinterpret_cast<const std::uint32_t(&)[4]>(c), where);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%11,%12,%13};\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-#elif defined(__CUDA_ARCH__)
-    __trap();
-#endif
-}
+TESSEL_PTX_MMA_F32(mma_m16n8k8_tf32, tf32_k8, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
+#undef TESSEL_PTX_MMA_F32
 
 // m16n8k32 int8 x int8 -> int32 (A 16x32, B 32x8, four elements per register; the accumulator
 // wraps). Lane layouts: PTX ISA 9.7.14.5.10.
@@ -80,8 +69,8 @@ __device__ __forceinline__ void mma_m16n8k32_s8(int (&d)[4], const std::uint32_t
                  "{%10,%11,%12,%13};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
-#elif defined(__CUDA_ARCH__)
-    __trap();
+#else
+    TESSEL_PTX_UNAVAILABLE();
 #endif
 }
 
@@ -187,3 +176,4 @@ __device__ __forceinline__ void cp_async_wait_all() {
 }  // namespace tessel::ptx
 
 #undef TESSEL_PTX_SITE
+#undef TESSEL_PTX_UNAVAILABLE

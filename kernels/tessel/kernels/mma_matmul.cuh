@@ -1,6 +1,7 @@
 // Tensor-core matrix product for 16-bit inputs (bf16, fp16) with fp32 accumulation:
-// C = epilogue(A * B, C), A row-major [M][K], B row-major [K][N], C row-major [M][N], any M, N, K,
-// for `batches` such products whose operands are batch strides apart (0 broadcasts one operand).
+// C = epilogue(A * B, C), A row-major [M][K], B row-major [K][N] (or, with BColumns, stored by
+// columns: B^T row-major [N][K], as a linear layer's weight), C row-major [M][N], any M, N, K, for
+// `batches` such products whose operands are batch strides apart (0 broadcasts one operand).
 // The main loop is a Stages-deep cp.async pipeline (one barrier per BK-deep slab) feeding
 // ldmatrix + mma.sync.m16n8k16 from XOR-swizzled shared memory; the epilogue stages the fp32
 // accumulators through shared memory so each thread applies the epilogue to 8 consecutive
@@ -16,6 +17,8 @@
 #include <type_traits>
 
 #include <tessel/core/kernel.hpp>
+#include <tessel/core/tile_grid.hpp>
+#include <tessel/kernels/gemm_epilogue.cuh>
 #include <tessel/core/ptx.hpp>
 
 namespace tessel::kernels {
@@ -42,23 +45,9 @@ struct MmaTile {
         return pipe > stage_c ? pipe : stage_c;
     }
     static dim3 block() { return dim3(threads); }
-    // Column tiles along x, row tiles along y, batches along z (y and z at most 65535: blocks loop
-    // over the rest).
-    static dim3 grid(int m, int n, int batches = 1) {
-        const int row_tiles = (m + BM - 1) / BM;
-        return dim3(unsigned((n + BN - 1) / BN), unsigned(row_tiles < 65535 ? (row_tiles > 0 ? row_tiles : 1) : 65535),
-                    unsigned(batches < 65535 ? (batches > 0 ? batches : 1) : 65535));
-    }
+    static dim3 grid(int m, int n, int batches = 1) { return tile_grid(m, n, batches, BM, BN); }
 };
 
-// C = alpha * (A * B) + beta * C, in fp32, rounded once to C's type. beta == 0 never reads C.
-struct LinearCombination {
-    float alpha = 1.f, beta = 0.f;
-    __device__ __forceinline__ bool reads_prior() const { return beta != 0.f; }
-    __device__ __forceinline__ float operator()(float acc, float prior, int /*row*/, int /*col*/) const {
-        return beta != 0.f ? alpha * acc + beta * prior : alpha * acc;
-    }
-};
 
 namespace mma_detail {
 
@@ -91,7 +80,7 @@ __device__ __forceinline__ unsigned valid_bytes(int first, int limit) {
 }  // namespace mma_detail
 
 // budget: threads 128, registers 255, hot
-template <class T, class OutT, class Tile, class Epilogue = LinearCombination>
+template <class T, class OutT, class Tile, bool BColumns = false, class Epilogue = GemmEpilogue<float, OutT>>
 __global__ void __launch_bounds__(Tile::threads)
 mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
            std::int64_t batch_stride_b, OutT* c, int ldc, std::int64_t batch_stride_c, int batches, Epilogue epilogue) {
@@ -127,10 +116,17 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
             }
 #pragma unroll
             for (int i = 0; i < Tile::b_chunks; ++i) {
-                const int id = tid + i * NT, r = id / (BN / 8), ch = id % (BN / 8);
-                const unsigned bytes = k0 + r < k ? valid_bytes(col0 + ch * 8, n) : 0u;
-                const T* src = bytes ? b_batch + std::size_t(k0 + r) * ldb + col0 + ch * 8 : b_batch;
-                ptx::cp_async_16(sb + b_offset<BN>(r, ch), src, bytes);
+                if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
+                    const int id = tid + i * NT, r = id >> 2, ch = id & 3;
+                    const unsigned bytes = col0 + r < n ? valid_bytes(k0 + ch * 8, k) : 0u;
+                    const T* src = bytes ? b_batch + std::size_t(col0 + r) * ldb + k0 + ch * 8 : b_batch;
+                    ptx::cp_async_16(sb + a_offset(r, ch), src, bytes);
+                } else {
+                    const int id = tid + i * NT, r = id / (BN / 8), ch = id % (BN / 8);
+                    const unsigned bytes = k0 + r < k ? valid_bytes(col0 + ch * 8, n) : 0u;
+                    const T* src = bytes ? b_batch + std::size_t(k0 + r) * ldb + col0 + ch * 8 : b_batch;
+                    ptx::cp_async_16(sb + b_offset<BN>(r, ch), src, bytes);
+                }
             }
         };
 
@@ -170,12 +166,19 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
                 }
 #pragma unroll
                 for (int j = 0; j < NF; j += 2) {
-                    // .trans of k-major B: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15),
-                    // (k 8-15, n 8-15) are b0b1, b2b3 of n-tile j and of n-tile j + 1.
-                    const int kr = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-                    const int ch = (warp_col + j * 8) / 8 + (lane >> 4);
+                    // Four 8x8 matrices: b0b1 and b2b3 of n-tile j, then of n-tile j + 1. k-major B is
+                    // read transposed (.trans: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15),
+                    // (k 8-15, n 8-15)); B by columns is read as rows of B^T ((n 0-7, k 0-7),
+                    // (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)), as A is.
                     std::uint32_t r4[4];
-                    ptx::ldmatrix<4, true>(r4, sb + b_offset<BN>(kr, ch));
+                    if constexpr (BColumns) {
+                        const int nr = warp_col + j * 8 + (lane & 7) + ((lane >> 4) << 3);
+                        ptx::ldmatrix<4>(r4, sb + a_offset(nr, ks * 2 + ((lane >> 3) & 1)));
+                    } else {
+                        const int kr = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                        const int ch = (warp_col + j * 8) / 8 + (lane >> 4);
+                        ptx::ldmatrix<4, true>(r4, sb + b_offset<BN>(kr, ch));
+                    }
                     bf[j][0] = r4[0], bf[j][1] = r4[1], bf[j + 1][0] = r4[2], bf[j + 1][1] = r4[3];
                 }
 #pragma unroll
@@ -217,9 +220,10 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
             const bool full = gc + 8 <= n;
             alignas(16) OutT out[8];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const float prior = epilogue.reads_prior() && (full || gc + e < n) ? to_float(dst[e]) : 0.f;
-                out[e] = from_float<OutT>(epilogue(v[e], prior, gr, gc + e));
+            for (int e = 0; e < 8; ++e) {  // columns past N are not stored, nor given to the epilogue
+                const bool inside = full || gc + e < n;
+                const float prior = epilogue.reads_prior() && inside ? to_float(dst[e]) : 0.f;
+                out[e] = inside ? from_float<OutT>(epilogue(v[e], prior, batch, gr, gc + e)) : OutT{};
             }
             if (full && (reinterpret_cast<std::uintptr_t>(dst) % 16) == 0) {
                 constexpr int vecs = int(sizeof(OutT) * 8 / 16);

@@ -1,5 +1,6 @@
 // SIMT matrix product for fp32 and fp64 (exact IEEE arithmetic, one fma per product):
-// C = alpha * A B + beta * C, row-major A [M][K], B [K][N], C [M][N] with any leading dimensions,
+// C = epilogue(A B, C) (gemm_epilogue.cuh: alpha, beta, bias, activation, residual), row-major
+// A [M][K], B [K][N], C [M][N] with any leading dimensions,
 // for `batches` products whose operands are batch strides apart (0 broadcasts an operand).
 //
 // A block computes a BM x BN tile of C from BK-deep slabs held twice in shared memory: while the
@@ -15,6 +16,8 @@
 #include <cstdint>
 
 #include <tessel/core/kernel.hpp>
+#include <tessel/core/tile_grid.hpp>
+#include <tessel/kernels/gemm_epilogue.cuh>
 
 namespace tessel::kernels {
 
@@ -34,11 +37,7 @@ struct SimtTile {
     static_assert((BM * BK / v) % threads == 0 && (BK * BN / v) % threads == 0, "every thread loads whole vectors");
     static constexpr int a_vectors = BM * BK / v / threads, b_vectors = BK * BN / v / threads;
     static dim3 block() { return dim3(threads); }
-    static dim3 grid(int m, int n, int batches = 1) {
-        const int row_tiles = (m + BM - 1) / BM;
-        return dim3(unsigned((n + BN - 1) / BN), unsigned(row_tiles < 65535 ? (row_tiles > 0 ? row_tiles : 1) : 65535),
-                    unsigned(batches < 65535 ? (batches > 0 ? batches : 1) : 65535));
-    }
+    static dim3 grid(int m, int n, int batches = 1) { return tile_grid(m, n, batches, BM, BN); }
 };
 
 namespace simt_detail {
@@ -64,10 +63,10 @@ __device__ __forceinline__ void load_vector(T (&dst)[V], const T* src) {
 }  // namespace simt_detail
 
 // budget: threads 256, registers 128, hot
-template <class T, class Tile, bool Aligned>
+template <class T, class Tile, bool Aligned, class Epilogue = GemmEpilogue<T, T>>
 __global__ void __launch_bounds__(Tile::threads, 2)  // two blocks per multiprocessor: at most 128 registers
-simt_matmul(int m, int n, int k, T alpha, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b,
-            int ldb, std::int64_t batch_stride_b, T beta, T* c, int ldc, std::int64_t batch_stride_c, int batches) {
+simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
+            std::int64_t batch_stride_b, T* c, int ldc, std::int64_t batch_stride_c, int batches, Epilogue epilogue) {
     using namespace simt_detail;
     constexpr int BM = Tile::bm, BN = Tile::bn, BK = Tile::bk, TM = Tile::tm, TN = Tile::tn, V = Tile::v, NT = Tile::threads;
     constexpr int AS = BM + Tile::a_pad;
@@ -174,8 +173,8 @@ simt_matmul(int m, int n, int k, T alpha, const T* __restrict__ a, int lda, std:
             __syncthreads();
         }
 
-        // Epilogue: alpha * acc + beta * C (C not read when beta == 0), vector stores where the
-        // strip lies inside N and C's rows are aligned.
+        // Epilogue (C not read unless it asks), vector stores where the strip lies inside N and C's
+        // rows are aligned.
 #pragma unroll
         for (int gi = 0; gi < TM / V; ++gi)
 #pragma unroll
@@ -189,9 +188,9 @@ simt_matmul(int m, int n, int k, T alpha, const T* __restrict__ a, int lda, std:
                     T* dst = c_batch + std::size_t(gr) * ldc + gc;
                     alignas(16) T out[V];
 #pragma unroll
-                    for (int j = 0; j < V; ++j) {
-                        const T prior = beta != T(0) && gc + j < n ? dst[j] : T(0);
-                        out[j] = beta != T(0) ? alpha * acc[gi * V + i][gj * V + j] + beta * prior : alpha * acc[gi * V + i][gj * V + j];
+                    for (int j = 0; j < V; ++j) {  // columns past N are not stored, nor given to the epilogue
+                        const T prior = epilogue.reads_prior() && gc + j < n ? dst[j] : T(0);
+                        out[j] = gc + j < n ? epilogue(acc[gi * V + i][gj * V + j], prior, batch, gr, gc + j) : T(0);
                     }
                     if (Aligned && gc + V <= n && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
                         *reinterpret_cast<typename Vec<T, V>::type*>(dst) = *reinterpret_cast<const typename Vec<T, V>::type*>(out);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <tessel/core/kernel.hpp>
+#include <tessel/core/tile_grid.hpp>
 
 namespace tessel::kernels {
 
@@ -18,12 +19,9 @@ struct MatmulTile {
     static constexpr int threads_x = TileN / ThreadN, threads_y = TileM / ThreadM;
     static constexpr int threads = threads_x * threads_y;
     static dim3 block() { return dim3(threads_x, threads_y); }
-    // Column tiles along x (up to 2^31 - 1), row tiles along y, which holds at most 65535: taller
-    // matrices (m > 65535 * TileM, 4.19M rows for 64-row tiles) have each block walk row tiles.
-    static dim3 grid(int m, int n) {
-        const int row_tiles = (m + TileM - 1) / TileM;
-        return dim3(unsigned((n + TileN - 1) / TileN), unsigned(row_tiles < 65535 ? (row_tiles > 0 ? row_tiles : 1) : 65535));
-    }
+    // Column tiles along x, row tiles along y (at most 65535: taller matrices have each block walk
+    // row tiles, 4.19M rows for 64-row tiles).
+    static dim3 grid(int m, int n) { return tile_grid(m, n, 1, TileM, TileN); }
 };
 
 // budget: threads 256, registers 64, hot

@@ -1,0 +1,339 @@
+// How tessel::matmul runs a product once its shapes are checked (ops/matmul.hpp): the policy's
+// path, the operand layouts each path takes as they lie (else one copy), the batch dims merged into
+// one stride (the rest walked on the host), and the launch: a hand-written kernel with the epilogue
+// fused into its store, or cublasGemmStridedBatchedEx (row-major C = A B as column-major
+// C^T = B^T A^T) followed by gemm_epilogue_apply when there is a bias, activation or residual.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include <tessel/kernels/gemm_epilogue.cuh>
+#include <tessel/kernels/mma_matmul.cuh>
+#include <tessel/kernels/simt_matmul.cuh>
+
+#include "../lib/cublas.hpp"
+#include "../runtime/launch.hpp"
+#include "assign.hpp"  // device_attribute, allow_dynamic_smem, max_blocks
+#include "copy.hpp"
+#include "matmul_options.hpp"
+
+namespace tessel::ops::detail {
+
+// A matrix operand of a batched product: its [rows, cols] strides and the batch stride.
+struct MatrixArg {
+    const void* data;
+    std::int64_t rows, cols, row_stride, col_stride, batch_stride;
+};
+
+// Row layout: a row's elements adjacent, rows ld >= cols apart; column layout the transpose. A
+// size-1 dim's stride does not matter. ld is what BLAS calls the leading dimension.
+enum class MatrixLayout { row, col, other };
+inline MatrixLayout layout_of(std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
+    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= cols)) return MatrixLayout::row;
+    if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= rows)) return MatrixLayout::col;
+    return MatrixLayout::other;
+}
+inline MatrixLayout layout_of(const MatrixArg& m) { return layout_of(m.rows, m.cols, m.row_stride, m.col_stride); }
+inline std::int64_t leading_dim(const MatrixArg& m, MatrixLayout l) {
+    if (l == MatrixLayout::row) return m.rows <= 1 ? std::max<std::int64_t>(m.cols, 1) : m.row_stride;
+    return m.cols <= 1 ? std::max<std::int64_t>(m.rows, 1) : m.col_stride;
+}
+template <class Tn>
+MatrixArg matrix_arg(const Tensor<Tn>& t) {
+    const int r = t.dim();
+    return {t.data(), t.shape()[r - 2], t.shape()[r - 1], t.strides()[r - 2], t.strides()[r - 1], r > 2 ? t.strides()[r - 3] : 0};
+}
+
+template <class T>
+constexpr bool tensor_core_type = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+// What the hand-written path takes as it lies: row layout, and for B of the tensor-core kernel also
+// column layout (a linear layer's transposed weight); for the tensor-core kernel 16-byte rows (ld and
+// batch strides multiples of 8 elements, a 16-byte aligned start).
+template <class T>
+bool handwritten_takes(const Tensor<T>& t, bool is_b) {
+    const MatrixArg m = matrix_arg(t);
+    const MatrixLayout l = layout_of(m);
+    if (l == MatrixLayout::other || (l == MatrixLayout::col && !(tensor_core_type<T> && is_b))) return false;
+    if constexpr (tensor_core_type<T>) {
+        if (leading_dim(m, l) % 8 != 0 || reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
+        for (int d = 0; d + 2 < t.dim(); ++d)
+            if (t.shape()[d] > 1 && t.strides()[d] % 8 != 0) return false;
+    }
+    return true;
+}
+
+// A copy of t the hand-written path takes: contiguous rows, for 16-bit types padded to a multiple
+// of 8 elements (the padding is never read: the kernel zero-fills past K and N).
+template <class T>
+Tensor<T> packed(const Tensor<T>& t, rt::stream_t stream) {
+    const TensorOptions on{.device = t.device(), .stream = stream, .non_blocking = true};
+    if constexpr (!tensor_core_type<T>) {
+        return t.to(on);
+    } else {
+        Shape padded = t.shape();
+        const int last = padded.size() - 1;
+        const std::int64_t cols = padded[last];
+        padded[last] = (cols + 7) / 8 * 8;
+        Tensor<T> view = empty<T>(padded, on).narrow(last, 0, cols);
+        view.copy_(t, stream);
+        return view;
+    }
+}
+
+template <class T>
+cudaDataType blas_type() {
+    if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+    else if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
+    else if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
+    else return CUDA_R_16BF;
+}
+
+inline int checked_int(std::int64_t v, const char* what) {
+    if (v > std::numeric_limits<int>::max())
+        fail<Unsupported>("matmul: ", what, " ", v, " does not fit the 32-bit arguments of the kernels and of cuBLAS; split the product");
+    return int(v);
+}
+
+// The accumulator of T's products: fp64 for fp64, fp32 for everything else.
+template <class T>
+using accumulator_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// One cublasGemmStridedBatchedEx for `batches` products C = alpha A B + beta C, row-major meaning.
+// Row-major C is column-major C^T = B^T A^T, so B goes first; a column-layout C takes A first.
+template <class T, class Out>
+void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c, std::int64_t batches,
+                  const MatmulOptions& o, std::source_location site) {
+    const MatrixLayout la = layout_of(a), lb = layout_of(b), lc = layout_of(c);
+    const bool c_row = lc == MatrixLayout::row;
+    const MatrixArg& first = c_row ? b : a;
+    const MatrixArg& second = c_row ? a : b;
+    const MatrixLayout lf = c_row ? lb : la, ls = c_row ? la : lb;
+    // A row-layout matrix read column-major is its transpose, which is what C^T = B^T A^T wants;
+    // with C in column layout the roles swap.
+    const cublasOperation_t op_first = (lf == MatrixLayout::row) == c_row ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const cublasOperation_t op_second = (ls == MatrixLayout::row) == c_row ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const int m = checked_int(c_row ? c.cols : c.rows, "N"), n = checked_int(c_row ? c.rows : c.cols, "M");
+    const int k = checked_int(a.cols, "K");
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if constexpr (std::is_same_v<T, double>) compute = CUBLAS_COMPUTE_64F;
+    if (std::is_same_v<T, float> && o.allow_tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    const float alpha32 = float(o.alpha), beta32 = float(o.beta);
+    const double alpha64 = o.alpha, beta64 = o.beta;
+    const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha64) : &alpha32;
+    const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64) : &beta32;
+    cublasHandle_t h = cublas::handle(device, stream);
+    cublas::check(cublas::api::cublasGemmStridedBatchedEx(
+                      h, op_first, op_second, m, n, k, alpha, first.data, blas_type<T>(),
+                      checked_int(leading_dim(first, lf), "leading dimension"), first.batch_stride, second.data, blas_type<T>(),
+                      checked_int(leading_dim(second, ls), "leading dimension"), second.batch_stride, beta, const_cast<void*>(c.data),
+                      blas_type<Out>(), checked_int(leading_dim(c, lc), "leading dimension"), c.batch_stride,
+                      checked_int(batches, "batch count"), compute, CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmStridedBatchedEx", site);
+}
+
+// The hand-written kernels, one launch for the batch: mma_matmul (bf16/fp16 in, the input type or
+// fp32 out) or simt_matmul (fp32/fp64). Problems of fewer than two 128 x 128 tiles per
+// multiprocessor take 64 x 64 tiles.
+template <class T, class Out>
+std::string_view handwritten_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c,
+                             std::int64_t batches, const kernels::GemmEpilogue<accumulator_t<T>, Out>& epilogue,
+                             std::source_location site) {
+    const int m = checked_int(c.rows, "M"), n = checked_int(c.cols, "N"), k = checked_int(a.cols, "K");
+    const bool b_columns = layout_of(b) == MatrixLayout::col;
+    const int lda = checked_int(leading_dim(a, MatrixLayout::row), "leading dimension");
+    const int ldb = checked_int(leading_dim(b, b_columns ? MatrixLayout::col : MatrixLayout::row), "leading dimension");
+    const int ldc = checked_int(leading_dim(c, MatrixLayout::row), "leading dimension");
+    const int nb = checked_int(batches, "batch count");
+    const std::int64_t big_tiles = ((std::int64_t(m) + 127) / 128) * ((std::int64_t(n) + 127) / 128) * batches;
+    const bool big = big_tiles >= 2 * std::int64_t(device_attribute<cudaDevAttrMultiProcessorCount>(device));
+    DeviceGuard guard(device);
+    if constexpr (tensor_core_type<T>) {
+        auto run = [&]<class Tile, bool BColumns>() {
+            constexpr auto kernel = kernels::mma_matmul<T, Out, Tile, BColumns>;
+            allow_dynamic_smem<kernel>(device, int(Tile::smem_bytes()));
+            launch(kernel, GridDim(Tile::grid(m, n, nb), site), Tile::block(), Tile::smem_bytes(), stream, m, n, k,
+                   static_cast<const T*>(a.data), lda, a.batch_stride, static_cast<const T*>(b.data), ldb, b.batch_stride,
+                   static_cast<Out*>(const_cast<void*>(c.data)), ldc, c.batch_stride, nb, epilogue);
+            static const std::string name = std::string("mma_matmul<") + std::to_string(Tile::bm) + "x" + std::to_string(Tile::bn) + ", " +
+                                            std::to_string(Tile::stages) + " stages" + (BColumns ? ", B by columns>" : ">");
+            return std::string_view(name);
+        };
+        auto pick = [&]<class Tile>() -> std::string_view {
+            return b_columns ? run.template operator()<Tile, true>() : run.template operator()<Tile, false>();
+        };
+        return big ? pick.template operator()<kernels::MmaTile<128, 128, 2, 2, 4>>() : pick.template operator()<kernels::MmaTile<64, 64, 2, 2, 3>>();
+    } else {
+        static_assert(std::is_same_v<T, Out>, "the SIMT kernel writes its input type");
+        // 16-byte global loads need every row (and batch) of A and B to start 16-byte aligned.
+        constexpr int V = int(16 / sizeof(T));
+        const bool aligned = lda % V == 0 && ldb % V == 0 && a.batch_stride % V == 0 && b.batch_stride % V == 0 &&
+                             reinterpret_cast<std::uintptr_t>(a.data) % 16 == 0 && reinterpret_cast<std::uintptr_t>(b.data) % 16 == 0;
+        auto run = [&]<class Tile, bool Aligned>() {
+            launch(kernels::simt_matmul<T, Tile, Aligned>, GridDim(Tile::grid(m, n, nb), site), Tile::block(), 0, stream, m, n, k,
+                   static_cast<const T*>(a.data), lda, a.batch_stride, static_cast<const T*>(b.data), ldb, b.batch_stride,
+                   static_cast<T*>(const_cast<void*>(c.data)), ldc, c.batch_stride, nb, epilogue);
+        };
+        auto pick = [&]<class Tile>() -> std::string_view {
+            static const std::string prefix = std::string("simt_matmul<") + std::to_string(Tile::bm) + "x" + std::to_string(Tile::bn) + "x" +
+                                              std::to_string(Tile::bk);
+            static const std::string vector = prefix + ", 16-byte loads>", scalar = prefix + ", scalar loads>";
+            if (aligned) run.template operator()<Tile, true>();
+            else run.template operator()<Tile, false>();
+            return aligned ? vector : scalar;
+        };
+        if constexpr (std::is_same_v<T, double>) return pick.template operator()<kernels::SimtTile<double, 64, 64, 8, 4, 4>>();
+        else if (big) return pick.template operator()<kernels::SimtTile<float, 128, 128, 8, 8, 8>>();
+        else return pick.template operator()<kernels::SimtTile<float, 64, 64, 16, 4, 4>>();
+    }
+}
+
+// Batch dims (all but the last two) of three same-rank views merged where every operand allows
+// (stride[i] == stride[i+1] * size[i+1]), size-1 dims dropped: what is left beyond one dim is
+// walked on the host. Merging keeps the batch entries in row-major order.
+struct BatchDims {
+    std::vector<std::int64_t> size, sa, sb, sc;
+};
+template <class T, class Out>
+BatchDims merged_batch_dims(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& c) {
+    BatchDims d;
+    for (int i = 0; i + 2 < c.dim(); ++i) {
+        const std::int64_t n = c.shape()[i];
+        if (n == 1) continue;
+        const std::int64_t x = a.strides()[i], y = b.strides()[i], z = c.strides()[i];
+        if (!d.size.empty() && d.sa.back() == x * n && d.sb.back() == y * n && d.sc.back() == z * n) {
+            d.size.back() *= n;
+            d.sa.back() = x, d.sb.back() = y, d.sc.back() = z;
+        } else {
+            d.size.push_back(n), d.sa.push_back(x), d.sb.push_back(y), d.sc.push_back(z);
+        }
+    }
+    return d;
+}
+
+// The policy's path for this call, recorded in the thread's MatmulChoice.
+template <class T>
+MatmulChoice& choose_path(const MatmulOptions& o) {
+    MatmulChoice& choice = last_choice();
+    choice = {};
+    const MatmulPolicy asked = o.policy ? *o.policy : matmul_policy();
+    choice.path = asked == MatmulPolicy::automatic ? MatmulPolicy::library : asked;
+    const bool tf32_note = std::is_same_v<T, float> && o.allow_tf32 && choice.path == MatmulPolicy::handwritten;
+    switch (asked) {
+        case MatmulPolicy::automatic: choice.reason = "automatic: no GPU-measured dispatch table yet, so the library (docs/matmul.md)"; break;
+        case MatmulPolicy::library: choice.reason = "policy library"; break;
+        case MatmulPolicy::handwritten:
+            choice.reason = tf32_note ? "policy handwritten; allow_tf32 has no hand-written kernel yet: exact fp32 SIMT" : "policy handwritten";
+            break;
+    }
+    return choice;
+}
+
+// out (batch + [M, N]) = epilogue(a (... [M, K]) @ b (... [K, N])), shapes and devices checked.
+template <class T, class Out>
+void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>& out, const MatmulOptions& o,
+                const MatmulEpilogue<Out>& e, rt::stream_t stream, Device device, std::source_location site) {
+    using Acc = accumulator_t<T>;
+    MatmulChoice& choice = choose_path<T>(o);
+    const bool hand = choice.path == MatmulPolicy::handwritten;
+    const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};
+
+    Tensor<T> a = a_in, b = b_in;
+    auto prepare = [&](Tensor<T>& t, bool is_b) {
+        const bool usable = hand ? handwritten_takes(t, is_b) : layout_of(matrix_arg(t)) != MatrixLayout::other;
+        if (!usable) t = hand ? packed(t, stream) : t.to(on), ++choice.copied_operands;
+    };
+    prepare(a, false);
+    prepare(b, true);
+    // The output: written in place in a row layout, or by cuBLAS in a column layout when nothing is
+    // applied after it; otherwise through a contiguous temporary copied back.
+    const MatrixLayout lc = layout_of(matrix_arg(out));
+    const bool direct = lc == MatrixLayout::row || (!hand && !e.fuses_anything() && lc == MatrixLayout::col);
+    const Tensor<Out> c = direct ? out : (o.beta != 0 ? out.to(on) : empty<Out>(out.shape(), on));
+    const Shape full = c.shape();
+    const int r = full.size();
+    const Tensor<T> A = a.expand([&] { Shape s = full; s[r - 1] = a.shape()[a.dim() - 1]; return s; }());
+    const Tensor<T> B = b.expand([&] { Shape s = full; s[r - 2] = b.shape()[b.dim() - 2]; return s; }());
+    // The residual as contiguous batch + [M, N] (its flat batch index is the walk's).
+    Tensor<Out> residual;  // undefined: none
+    if (e.residual) residual = e.residual->expand(full).contiguous(stream);
+    const std::int64_t m = full[r - 2], n = full[r - 1];
+
+    if (::tessel::detail::element_count(full) > 0) {
+        const BatchDims bd = merged_batch_dims(A, B, c);
+        const std::int64_t inner = bd.size.empty() ? 1 : bd.size.back();
+        std::int64_t outer = 1;
+        for (std::size_t i = 0; i + 1 < bd.size.size(); ++i) outer *= bd.size[i];
+        for (std::int64_t idx = 0; idx < outer; ++idx) {
+            std::int64_t rest = idx, oa = 0, ob = 0, oc = 0;
+            for (std::size_t i = bd.size.empty() ? 0 : bd.size.size() - 1; i-- > 0;) {
+                const std::int64_t j = rest % bd.size[i];
+                rest /= bd.size[i];
+                oa += j * bd.sa[i], ob += j * bd.sb[i], oc += j * bd.sc[i];
+            }
+            MatrixArg ma = matrix_arg(A), mb = matrix_arg(B), mcc = matrix_arg(c);
+            ma.data = A.data() + oa, mb.data = B.data() + ob, mcc.data = c.data() + oc;
+            ma.batch_stride = bd.size.empty() ? 0 : bd.sa.back();
+            mb.batch_stride = bd.size.empty() ? 0 : bd.sb.back();
+            mcc.batch_stride = bd.size.empty() ? 0 : bd.sc.back();
+            kernels::GemmEpilogue<Acc, Out> epi;
+            epi.alpha = Acc(o.alpha);
+            epi.beta = Acc(o.beta);
+            epi.bias = e.bias ? e.bias->data() : nullptr;
+            epi.bias_per_row = e.bias_per_row;
+            epi.activation = e.activation;
+            if (residual.defined()) {
+                epi.residual = residual.data() + idx * inner * m * n;
+                epi.residual_ld = n;
+                epi.residual_batch_stride = m * n;
+            }
+            if (hand) {
+                choice.implementation = handwritten_gemm<T, Out>(device, stream, ma, mb, mcc, inner, epi, site);
+                continue;
+            }
+            choice.implementation = "cublasGemmStridedBatchedEx";
+            if (!e.fuses_anything()) {
+                library_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, site);
+                continue;
+            }
+            // cuBLAS cannot fuse the rest: it writes alpha A B (and, into an fp32/fp64 output, beta C)
+            // and one more launch applies the epilogue, reading a 16-bit output's product from an
+            // accumulator-type buffer so the result is rounded once, as on the fused path.
+            const bool in_place = std::is_same_v<Out, Acc>;
+            Tensor<Acc> product;
+            MatrixArg mp = mcc;
+            if (in_place) {
+                library_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, site);
+                epi.alpha = Acc(1);
+                epi.beta = Acc(0);
+            } else {
+                product = empty<Acc>({inner, m, n}, on);
+                mp = {product.data(), m, n, n, 1, m * n};
+                MatmulOptions without_beta = o;
+                without_beta.beta = 0;
+                library_gemm<T, Acc>(device, stream, ma, mb, mp, inner, without_beta, site);
+                epi.alpha = Acc(1);
+            }
+            DeviceGuard guard(device);
+            const std::int64_t total = inner * m * n;
+            const auto blocks = unsigned(std::clamp<std::int64_t>((total + 255) / 256, 1, max_blocks(device, 8)));
+            launch(kernels::gemm_epilogue_apply<Acc, Out>, GridDim(blocks, site), dim3(256), 0, stream, inner, int(m), int(n),
+                   static_cast<const Acc*>(mp.data), checked_int(leading_dim(mp, MatrixLayout::row), "leading dimension"), mp.batch_stride,
+                   static_cast<Out*>(const_cast<void*>(mcc.data)), checked_int(leading_dim(mcc, MatrixLayout::row), "leading dimension"),
+                   mcc.batch_stride, epi);
+            choice.implementation = in_place ? "cublasGemmStridedBatchedEx + gemm_epilogue_apply"
+                                             : "cublasGemmStridedBatchedEx (fp32 product) + gemm_epilogue_apply";
+        }
+    } else {
+        choice.implementation = "(empty result: nothing to compute)";
+    }
+    c.storage()->note_write(stream, device);
+    if (!direct) out.copy_(c, stream);
+}
+
+}  // namespace tessel::ops::detail
