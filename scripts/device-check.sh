@@ -84,6 +84,9 @@ else
   rm -f "$OUT/bench.log"
 fi
 build/device/tools/tessel-info --json >"$OUT/tessel-info.json" 2>&1
+# The dispatch table MatmulPolicy::automatic would read, from this run (commit it as
+# include/tessel/ops/matmul_table.hpp together with bench.json under bench/results/).
+[ -s "$OUT/bench.json" ] && python3 bench/matmul_table.py "$OUT/bench.json" --out "$OUT/matmul_table.hpp" >>"$OUT/ctest.log" 2>&1
 
 # 6. PyTorch on the same problems (bench/torch_compare.py: eager, and torch.compile where it
 #    compiles offline), for the "% of torch" column of bench/report.py.

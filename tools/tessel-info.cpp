@@ -2,11 +2,18 @@
 // driver versions with a compatibility verdict. On the sim it describes the simulated devices.
 //   tessel-info          a table
 //   tessel-info --json   the same as JSON (for scripts and bench reports)
+//   tessel-info --matmul M N K DTYPE [fused]   what MatmulPolicy::automatic picks for that product
+//                        on device 0 (DTYPE fp32, fp64, fp16 or bf16; fused: with a bias/activation
+//                        epilogue), and why
+#include <tessel/ops/matmul_policy.hpp>
 #include <tessel/runtime/device.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include <tessel/core/env.hpp>
 
 namespace {
 
@@ -62,10 +69,32 @@ void print_table(const tessel::Versions& v) {
 
 }  // namespace
 
+// tessel-info --matmul M N K DTYPE [fused]
+int explain_matmul(int argc, char** argv) {
+    const bool fused = argc == 7 && std::strcmp(argv[6], "fused") == 0;
+    const std::string dtype = argc >= 6 ? argv[5] : "";
+    if ((argc != 6 && !fused) || (dtype != "fp32" && dtype != "fp64" && dtype != "fp16" && dtype != "bf16")) {
+        std::fprintf(stderr, "usage: tessel-info --matmul M N K fp32|fp64|fp16|bf16 [fused]\n");
+        return 2;
+    }
+    const auto dim = [](const char* text) { return std::int64_t(tessel::env::parse_integer("tessel-info --matmul", text, 1, std::int64_t(1) << 40)); };
+    const std::int64_t m = dim(argv[2]), n = dim(argv[3]), k = dim(argv[4]);
+    const auto props = tessel::device_count() > 0 ? tessel::properties(tessel::Device{0}) : tessel::DeviceProperties{};
+    const int major = props.major;
+    const tessel::MatmulChoice c = tessel::automatic_choice(major, dtype, fused, m, n);
+    std::printf("matmul %lld x %lld x %lld %s%s on sm_%d%d (shape class %s):\n  automatic -> %s\n  %.*s\n",
+                (long long)m, (long long)n, (long long)k, dtype.c_str(), fused ? " with a fused epilogue" : "", major, props.minor,
+                tessel::matmul_shape_class(m, n), tessel::policy_name(c.path), int(c.reason.size()), c.reason.data());
+    if (c.entry) std::printf("  measured: the hand-written kernel at %.1f%% of the library's speed\n", c.entry->handwritten_pct_of_library);
+    std::printf("  table: %s\n", tessel::matmul_table::source);
+    return 0;
+}
+
 int main(int argc, char** argv) try {
+    if (argc > 1 && std::strcmp(argv[1], "--matmul") == 0) return explain_matmul(argc, argv);
     const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
     if (argc > 1 && !json) {
-        std::fprintf(stderr, "usage: tessel-info [--json]\n");
+        std::fprintf(stderr, "usage: tessel-info [--json | --matmul M N K DTYPE [fused]]\n");
         return 2;
     }
     const auto v = tessel::versions();

@@ -180,6 +180,17 @@ void check_views(MatmulPolicy p, const Shape& base_a, FA fa, const Shape& base_b
     CHECK(tessel::last_matmul_choice().path == p);
 }
 
+// The message of the InvalidArgument f throws ("(no error)" if none).
+template <class F>
+std::string message(F&& f) {
+    try {
+        f();
+    } catch (const tessel::InvalidArgument& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
 constexpr MatmulPolicy policies[] = {MatmulPolicy::handwritten, MatmulPolicy::library};
 
 }  // namespace
@@ -324,14 +335,6 @@ TEST_CASE("matmul reports its path, follows the process policy, and uses the poo
 TEST_CASE("matmul refuses bad input with a message naming it", "[ops][matmul]") {
     if (tessel::device_count() == 0) return;
     const auto a = make<float>({3, 4}, 1, true).base, b = make<float>({5, 6}, 2, true).base;
-    auto message = [](auto&& f) -> std::string {
-        try {
-            f();
-        } catch (const tessel::InvalidArgument& e) {
-            return e.what();
-        }
-        return "(no error)";
-    };
     CHECK_THAT(message([&] { (void)tessel::matmul(a, b); }),
                Catch::Contains("[3, 4]") && Catch::Contains("[5, 6]") && Catch::Contains("cannot be multiplied"));
     CHECK_THAT(message([&] { (void)tessel::matmul(make<float>({2, 3, 4}, 3, true).base, make<float>({3, 4, 5}, 4, true).base); }),
@@ -445,14 +448,6 @@ TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight
                 CHECK(tessel::testing::to_double(got[std::size_t(i * out_features + o)]) == want);
             }
     }
-    auto message = [](auto&& f) -> std::string {
-        try {
-            f();
-        } catch (const tessel::InvalidArgument& e) {
-            return e.what();
-        }
-        return "(no error)";
-    };
     const auto x = make<float>({3, 5}, 1, true).base, w = make<float>({4, 5}, 2, true).base;
     CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("4 elements (one per output column)"));
     CHECK_THAT(message([&] { (void)tessel::linear(x, make<float>({4, 6}, 4, true).base); }), Catch::Contains("in_features (6)"));

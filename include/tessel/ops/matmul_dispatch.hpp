@@ -216,21 +216,31 @@ BatchDims merged_batch_dims(const Tensor<T>& a, const Tensor<T>& b, const Tensor
     return d;
 }
 
-// The policy's path for this call, recorded in the thread's MatmulChoice.
 template <class T>
-MatmulChoice& choose_path(const MatmulOptions& o) {
+constexpr const char* dtype_name() {
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    else if constexpr (std::is_same_v<T, double>) return "fp64";
+    else if constexpr (std::is_same_v<T, __half>) return "fp16";
+    else return "bf16";
+}
+
+// The policy's path for this call, recorded in the thread's MatmulChoice: automatic follows the
+// dispatch table (matmul_policy.hpp) for the device's architecture, the dtype, whether an epilogue
+// is fused and the shape class.
+template <class T>
+MatmulChoice& choose_path(const MatmulOptions& o, Device device, std::int64_t m, std::int64_t n, bool fused) {
     MatmulChoice& choice = last_choice();
-    choice = {};
     const MatmulPolicy asked = o.policy ? *o.policy : matmul_policy();
-    choice.path = asked == MatmulPolicy::automatic ? MatmulPolicy::library : asked;
-    const bool tf32_note = std::is_same_v<T, float> && o.allow_tf32 && choice.path == MatmulPolicy::handwritten;
-    switch (asked) {
-        case MatmulPolicy::automatic: choice.reason = "automatic: no GPU-measured dispatch table yet, so the library (docs/matmul.md)"; break;
-        case MatmulPolicy::library: choice.reason = "policy library"; break;
-        case MatmulPolicy::handwritten:
-            choice.reason = tf32_note ? "policy handwritten; allow_tf32 has no hand-written kernel yet: exact fp32 SIMT" : "policy handwritten";
-            break;
+    if (asked == MatmulPolicy::automatic) {
+        choice = automatic_choice(device_attribute<cudaDevAttrComputeCapabilityMajor>(device), dtype_name<T>(), fused, m, n);
+        return choice;
     }
+    choice = {};
+    choice.path = asked;
+    const bool tf32_note = std::is_same_v<T, float> && o.allow_tf32 && asked == MatmulPolicy::handwritten;
+    choice.reason = asked == MatmulPolicy::library ? "policy library"
+                    : tf32_note ? "policy handwritten; allow_tf32 has no hand-written kernel yet: exact fp32 SIMT"
+                                : "policy handwritten";
     return choice;
 }
 
@@ -239,7 +249,8 @@ template <class T, class Out>
 void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>& out, const MatmulOptions& o,
                 const MatmulEpilogue<Out>& e, rt::stream_t stream, Device device, std::source_location site) {
     using Acc = accumulator_t<T>;
-    MatmulChoice& choice = choose_path<T>(o);
+    const int rank = out.dim();
+    MatmulChoice& choice = choose_path<T>(o, device, out.shape()[rank - 2], out.shape()[rank - 1], e.fuses_anything());
     const bool hand = choice.path == MatmulPolicy::handwritten;
     const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};
 
