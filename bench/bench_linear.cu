@@ -13,6 +13,7 @@
 
 #include "harness.hpp"
 #include "inputs.hpp"
+#include "matmul_check.hpp"
 
 #include <tessel/ops/expression.hpp>
 #include <tessel/ops/matmul.hpp>
@@ -24,8 +25,6 @@ using Bf16 = __nv_bfloat16;
 
 bool sim() { return tessel::backend == tessel::Backend::sim; }
 
-double value(Bf16 x) { return double(__bfloat162float(x)); }
-
 // Largest |y - gelu(x W^T + b)| / (sum_k |x w| + |b| + 1) over 32 sampled outputs.
 double sampled_linear_error(const Tensor<Bf16>& x, const Tensor<Bf16>& w, const Tensor<Bf16>& b, const Tensor<Bf16>& y) {
     const auto hx = x.to_vector(), hw = w.to_vector(), hb = b.to_vector(), hy = y.to_vector();
@@ -33,14 +32,14 @@ double sampled_linear_error(const Tensor<Bf16>& x, const Tensor<Bf16>& w, const 
     double worst = 0;
     for (std::int64_t s = 0; s < 32; ++s) {
         const std::int64_t i = (s * 7919) % rows, o = (s * 104729 + 3) % out;
-        double acc = value(hb[std::size_t(o)]), mag = std::fabs(acc) + 1;
+        double acc = tessel::bench::as_double(hb[std::size_t(o)]), mag = std::fabs(acc) + 1;
         for (std::int64_t c = 0; c < in; ++c) {
-            const double p = value(hx[std::size_t(i * in + c)]) * value(hw[std::size_t(o * in + c)]);
+            const double p = tessel::bench::as_double(hx[std::size_t(i * in + c)]) * tessel::bench::as_double(hw[std::size_t(o * in + c)]);
             acc += p;
             mag += std::fabs(p);
         }
         const double want = 0.5 * acc * (1 + std::erf(acc / std::sqrt(2.0)));
-        worst = std::max(worst, std::fabs(value(hy[std::size_t(i * out + o)]) - want) / mag);
+        worst = std::max(worst, std::fabs(tessel::bench::as_double(hy[std::size_t(i * out + o)]) - want) / mag);
     }
     return worst;
 }
@@ -81,6 +80,7 @@ void BM_matmul_llm(benchmark::State& state, Impl impl, Mnk p) {
     const auto policy = impl == Impl::tessel ? tessel::MatmulPolicy::handwritten : tessel::MatmulPolicy::library;
     tessel::bench::time_region(state, s, [&] { tessel::matmul(a, b, c, tessel::MatmulOptions{.policy = policy, .stream = s.handle()}); });
     tessel::bench::report_flops(state, 2.0 * double(p.m) * double(p.n) * double(p.k), tessel::bench::ceilings().bf16_tflops);
+    tessel::bench::report_error(state, tessel::bench::sampled_matmul_error(a, b, c, 16), 0x1p-8 + double(p.k) * 0x1p-24);
     state.SetLabel(std::string(tessel::last_matmul_choice().implementation) + ", bf16 " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
                    std::to_string(p.k));
 }

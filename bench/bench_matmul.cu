@@ -7,6 +7,7 @@
 
 #include "harness.hpp"
 #include "inputs.hpp"
+#include "matmul_check.hpp"
 
 #include <tessel/kernels/mma_matmul.cuh>
 #include <tessel/kernels/simt_matmul.cuh>
@@ -16,29 +17,6 @@ namespace {
 using tessel::Tensor;
 
 bool sim() { return tessel::backend == tessel::Backend::sim; }
-
-double value(float x) { return x; }
-double value(__nv_bfloat16 x) { return double(__bfloat162float(x)); }
-
-// Largest |c - a*b| / sum_k |a b| over 64 sampled elements: a componentwise relative error, which
-// fp32 accumulation keeps near k * 2^-24 and a bf16 output's rounding near 2^-9.
-template <class T>
-double sampled_error(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& c) {
-    const auto ha = a.to_vector(), hb = b.to_vector(), hc = c.to_vector();
-    const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-    double worst = 0;
-    for (std::int64_t s = 0; s < 64; ++s) {
-        const std::int64_t i = (s * 7919) % m, j = (s * 104729 + 13) % n;
-        double ref = 0, mag = 0;
-        for (std::int64_t p = 0; p < k; ++p) {
-            const double x = value(ha[std::size_t(i * k + p)]) * value(hb[std::size_t(p * n + j)]);
-            ref += x;
-            mag += std::fabs(x);
-        }
-        worst = std::max(worst, std::fabs(value(hc[std::size_t(i * n + j)]) - ref) / std::max(mag, 1e-30));
-    }
-    return worst;
-}
 
 enum class Impl { tessel, cublas };
 
@@ -71,7 +49,7 @@ void BM_matmul_bf16(benchmark::State& state, Impl impl, int n) {
     };
     tessel::bench::time_region(state, s, body);
     tessel::bench::report_flops(state, 2.0 * double(n) * n * n, tessel::bench::ceilings().bf16_tflops);
-    tessel::bench::report_error(state, sampled_error(a, b, c), 0x1p-8 + n * 0x1p-24);  // output rounding + the accumulation bound
+    tessel::bench::report_error(state, tessel::bench::sampled_matmul_error(a, b, c), 0x1p-8 + n * 0x1p-24);  // output rounding + the accumulation bound
     state.SetLabel(std::string(impl == Impl::tessel ? "tessel mma_matmul 128x128x32/4" : "cublasGemmEx") + ", bf16 " +
                    std::to_string(n) + "^3");
 }
@@ -101,7 +79,7 @@ void BM_matmul_f32(benchmark::State& state, Impl impl, int n) {
     };
     tessel::bench::time_region(state, s, body);
     tessel::bench::report_flops(state, 2.0 * double(n) * n * n, tessel::bench::ceilings().sgemm_tflops);
-    tessel::bench::report_error(state, sampled_error(a, b, c), n * 0x1p-24);  // fp32 accumulation's bound
+    tessel::bench::report_error(state, tessel::bench::sampled_matmul_error(a, b, c), n * 0x1p-24);  // fp32 accumulation's bound
     state.SetLabel(std::string(impl == Impl::tessel ? "tessel simt_matmul 128x128x8" : "cublasSgemm") + ", fp32 " +
                    std::to_string(n) + "^3");
 }

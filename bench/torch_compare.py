@@ -100,6 +100,11 @@ def problems():
         out.append((f"BM_matmul/{{impl}}/{tag}/{mm}/manual_time", 3.0 * size * mm * mm,
                     lambda dt=dt, mm=mm: (randn(mm, mm, dtype=dt), randn(mm, mm, dtype=dt)),
                     lambda a, b: torch.matmul(a, b), lambda a, b: a.double() @ b.double()))
+    # gelu(x @ W^T + b) in bf16, tessel-bench's BM_linear_bias_gelu (PyTorch: linear, then gelu).
+    lin = 4096
+    out.append(("BM_linear_bias_gelu/{impl}/bf16/manual_time", 2.0 * 3 * lin * lin,
+                lambda: (randn(lin, lin, dtype=torch.bfloat16), randn(lin, lin, dtype=torch.bfloat16), randn(lin, dtype=torch.bfloat16)),
+                lambda x, w, b: F.gelu(F.linear(x, w, b)), lambda x, w, b: F.gelu(F.linear(x.double(), w.double(), b.double()))))
     # Rows sorted with their positions (torch.sort returns both, as tessel::sort does).
     out.append(("BM_sort/{impl}/f32/manual_time", 16.0 * 4096 * 4096, lambda: (randn(4096, 4096) * 1000,),
                 lambda x: torch.sort(x, dim=1, stable=True)[0], lambda x: x.double().sort(dim=1)[0]))

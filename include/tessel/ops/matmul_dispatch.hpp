@@ -100,6 +100,14 @@ inline int checked_int(std::int64_t v, const char* what) {
     return int(v);
 }
 
+template <class T>
+constexpr const char* dtype_name() {
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    else if constexpr (std::is_same_v<T, double>) return "fp64";
+    else if constexpr (std::is_same_v<T, __half>) return "fp16";
+    else return "bf16";
+}
+
 // The accumulator of T's products: fp64 for fp64, fp32 for everything else.
 template <class T>
 using accumulator_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -154,6 +162,10 @@ std::string_view handwritten_gemm(Device device, rt::stream_t stream, const Matr
     const bool big = big_tiles >= 2 * std::int64_t(device_attribute<cudaDevAttrMultiProcessorCount>(device));
     DeviceGuard guard(device);
     if constexpr (tensor_core_type<T>) {
+        const int major = device_attribute<cudaDevAttrComputeCapabilityMajor>(device);
+        if (major < 8)
+            fail<Unsupported>("matmul: the hand-written ", dtype_name<T>(), " kernel runs on tensor cores with mma.sync, which needs sm_80 or newer; ",
+                              "device ", device.index, " is sm_", major, "x: use MatmulPolicy::library (automatic does)");
         auto run = [&]<class Tile, bool BColumns>() {
             constexpr auto kernel = kernels::mma_matmul<T, Out, Tile, BColumns>;
             allow_dynamic_smem<kernel>(device, int(Tile::smem_bytes()));
@@ -214,14 +226,6 @@ BatchDims merged_batch_dims(const Tensor<T>& a, const Tensor<T>& b, const Tensor
         }
     }
     return d;
-}
-
-template <class T>
-constexpr const char* dtype_name() {
-    if constexpr (std::is_same_v<T, float>) return "fp32";
-    else if constexpr (std::is_same_v<T, double>) return "fp64";
-    else if constexpr (std::is_same_v<T, __half>) return "fp16";
-    else return "bf16";
 }
 
 // The policy's path for this call, recorded in the thread's MatmulChoice: automatic follows the
