@@ -457,3 +457,28 @@ TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight
                }),
                Catch::Contains("the residual has shape [4, 3]"));
 }
+
+TEST_CASE("matmul's autotune times both paths on a problem's first call and keeps the faster", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    const auto before = tessel::matmul_autotune_stats();
+    tessel::set_matmul_autotune(true);
+    const auto A = make<__nv_bfloat16>({3, 40, 24}, 11, true), B = make<__nv_bfloat16>({24, 56}, 12, true);
+    const Reference ref = reference_matmul(A.host, A.base.shape(), B.host, B.base.shape());
+    for (int call = 0; call < 3; ++call) {
+        tessel::testing::poison_next<__nv_bfloat16>(ref.shape);
+        const auto c = tessel::matmul(A.base, B.base);
+        check_result(c, ref, true, 1, 0, {}, "autotuned call " + std::to_string(call));
+        CHECK_THAT(std::string(tessel::last_matmul_choice().reason), Catch::Contains("autotune"));
+    }
+    // beta reads the real output once: the timing runs went to a scratch output.
+    const auto C = make<__nv_bfloat16>({3, 40, 56}, 13, true);
+    tessel::matmul(A.base, B.base, C.base, MatmulOptions{.alpha = 1, .beta = 1});
+    check_result(C.base, ref, true, 1, 1, C.host, "autotuned with beta");
+    const auto after = tessel::matmul_autotune_stats();
+    CHECK(after.keys_tuned == before.keys_tuned + 1);  // one problem: the later calls (and the out call) follow its winner
+    CHECK(after.cache_hits == before.cache_hits + 3);
+    CHECK(after.handwritten_won + after.library_won == after.keys_tuned);
+    tessel::set_matmul_autotune(false);
+    (void)tessel::matmul(A.base, B.base);
+    CHECK_THAT(std::string(tessel::last_matmul_choice().reason), Catch::Contains("dispatch table"));
+}

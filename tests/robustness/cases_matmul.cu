@@ -74,3 +74,7 @@ BAD_ENV("environment", "TESSEL_CUBLAS_WORKSPACE not a size", Expect::invalid_arg
         {{"TESSEL_CUBLAS_WORKSPACE", "lots"}}) {
     (void)matmul(dev({2, 2}), dev({2, 2}), MatmulOptions{.policy = MatmulPolicy::library});
 };
+BAD_ENV("environment", "TESSEL_MATMUL_AUTOTUNE not 0 or 1", Expect::invalid_argument, "TESSEL_MATMUL_AUTOTUNE='yes'",
+        {{"TESSEL_MATMUL_AUTOTUNE", "yes"}}) {
+    (void)matmul(dev({2, 2}), dev({2, 2}));
+};

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 
 #include "../lib/cublas.hpp"
 #include "../runtime/launch.hpp"
+#include "../stream/stream.hpp"
 #include "assign.hpp"  // device_attribute, allow_dynamic_smem, max_blocks
 #include "copy.hpp"
 #include "matmul_options.hpp"
@@ -248,12 +252,73 @@ MatmulChoice& choose_path(const MatmulOptions& o, Device device, std::int64_t m,
     return choice;
 }
 
+// A problem as autotuning keys it.
+struct AutotuneKey {
+    int device;
+    const char* in_dtype;
+    std::size_t out_bytes;
+    std::int64_t m, n, k, batches;
+    int layout_a, layout_b, layout_c;
+    bool fused;
+    auto operator<=>(const AutotuneKey&) const = default;
+};
+inline std::map<AutotuneKey, MatmulPolicy>& autotune_cache() {
+    static auto* cache = new std::map<AutotuneKey, MatmulPolicy>();  // never destroyed, as the allocators
+    return *cache;
+}
+
 // out (batch + [M, N]) = epilogue(a (... [M, K]) @ b (... [K, N])), shapes and devices checked.
 template <class T, class Out>
 void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>& out, const MatmulOptions& o,
                 const MatmulEpilogue<Out>& e, rt::stream_t stream, Device device, std::source_location site) {
     using Acc = accumulator_t<T>;
     const int rank = out.dim();
+    const bool asked_automatic = !o.policy && matmul_policy() == MatmulPolicy::automatic;
+    if (asked_automatic && matmul_autotune()) {
+        // The winner for this problem, timed on first sight: both paths on a scratch output (beta 0,
+        // so the real output is written once, below), a warm-up run and an event-timed one each.
+        const AutotuneKey key{device.index, dtype_name<T>(), sizeof(Out), out.shape()[rank - 2], out.shape()[rank - 1],
+                              a_in.shape()[a_in.dim() - 1], ::tessel::detail::element_count(out.shape()) /
+                                                                 std::max<std::int64_t>(1, out.shape()[rank - 2] * out.shape()[rank - 1]),
+                              int(layout_of(matrix_arg(a_in))), int(layout_of(matrix_arg(b_in))), int(layout_of(matrix_arg(out))),
+                              e.fuses_anything()};
+        std::optional<MatmulPolicy> winner;
+        {
+            std::lock_guard lk(autotune_mutex());
+            if (auto it = autotune_cache().find(key); it != autotune_cache().end()) winner = it->second, ++autotune_counters().cache_hits;
+        }
+        const char* reason = "autotune: the faster path for this problem, timed on its first call";
+        if (!winner) {
+            const Tensor<Out> scratch = empty<Out>(out.shape(), TensorOptions{.device = device, .stream = stream, .non_blocking = true});
+            float best = 0;
+            for (MatmulPolicy p : {MatmulPolicy::library, MatmulPolicy::handwritten}) {
+                MatmulOptions timed = o;
+                timed.policy = p;
+                timed.beta = 0;
+                Event start(true, device), stop(true, device);
+                try {
+                    run_matmul<T, Out>(a_in, b_in, scratch, timed, e, stream, device, site);
+                    start.record(stream);
+                    run_matmul<T, Out>(a_in, b_in, scratch, timed, e, stream, device, site);
+                    stop.record(stream);
+                    stop.synchronize();
+                } catch (const Unsupported&) {
+                    continue;  // a path this device cannot run (the tensor-core kernel below sm_80)
+                }
+                const float ms = start.elapsed_ms(stop);
+                if (!winner || ms < best) winner = p, best = ms;
+            }
+            std::lock_guard lk(autotune_mutex());
+            autotune_cache()[key] = *winner;
+            ++autotune_counters().keys_tuned;
+            ++(*winner == MatmulPolicy::handwritten ? autotune_counters().handwritten_won : autotune_counters().library_won);
+        }
+        MatmulOptions chosen = o;
+        chosen.policy = *winner;
+        run_matmul<T, Out>(a_in, b_in, out, chosen, e, stream, device, site);
+        last_choice().reason = reason;
+        return;
+    }
     MatmulChoice& choice = choose_path<T>(o, device, out.shape()[rank - 2], out.shape()[rank - 1], e.fuses_anything());
     const bool hand = choice.path == MatmulPolicy::handwritten;
     const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};

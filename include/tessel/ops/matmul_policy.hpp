@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "../core/env.hpp"
 #include "../core/error.hpp"
 
 namespace tessel {
@@ -91,6 +93,50 @@ inline void set_matmul_policy(MatmulPolicy p) { ops::detail::policy_override().s
 inline MatmulChoice last_matmul_choice() { return ops::detail::last_choice(); }
 
 
+
+// Autotuning (like torch.backends.cudnn.benchmark): with it on, the first `automatic` call of each
+// problem key (device, dtypes, M, N, K, batch count, operand layouts, epilogue) times the
+// hand-written kernel and the library on it with events and keeps the faster for the rest of the
+// process; later calls of the key look the winner up. Off by default; set_matmul_autotune(true) or
+// TESSEL_MATMUL_AUTOTUNE=1.
+struct MatmulAutotuneStats {
+    std::int64_t keys_tuned = 0;       // problems timed
+    std::int64_t handwritten_won = 0;  // of those, how many the hand-written kernel won
+    std::int64_t library_won = 0;
+    std::int64_t cache_hits = 0;       // calls that followed a cached winner
+};
+
+namespace ops::detail {
+inline std::atomic<int>& autotune_override() {
+    static std::atomic<int> on{-1};
+    return on;
+}
+inline bool env_autotune() {
+    static const bool on = [] {
+        const char* v = std::getenv("TESSEL_MATMUL_AUTOTUNE");
+        return v && env::parse_integer("TESSEL_MATMUL_AUTOTUNE", v, 0, 1) == 1;
+    }();
+    return on;
+}
+inline std::mutex& autotune_mutex() {
+    static std::mutex m;
+    return m;
+}
+inline MatmulAutotuneStats& autotune_counters() {
+    static MatmulAutotuneStats s;
+    return s;
+}
+}  // namespace ops::detail
+
+inline bool matmul_autotune() {
+    const int on = ops::detail::autotune_override().load(std::memory_order_relaxed);
+    return on >= 0 ? on == 1 : ops::detail::env_autotune();
+}
+inline void set_matmul_autotune(bool on) { ops::detail::autotune_override().store(on ? 1 : 0, std::memory_order_relaxed); }
+inline MatmulAutotuneStats matmul_autotune_stats() {
+    std::lock_guard lk(ops::detail::autotune_mutex());
+    return ops::detail::autotune_counters();
+}
 
 // The shape class of a product, as the dispatch table keys it: "decode" when M or N is at most 64
 // (a few rows against a weight), "large" from 4096 x 4096 outputs per batch entry, else "medium".
