@@ -142,6 +142,13 @@ void instantiate(unsigned* found) {
     simt_matmul<float, tessel::kernels::SimtTile<float, 128, 128, 8, 8, 8>>(1, 1, 1, nullptr, nullptr, nullptr);
     simt_matmul<float, tessel::kernels::SimtTile<float, 64, 64, 16, 4, 4>>(1, 1, 1, nullptr, nullptr, nullptr);
     simt_matmul<double, tessel::kernels::SimtTile<double, 64, 64, 8, 4, 4>>(1, 1, 1, nullptr, nullptr, nullptr);
+    // The epilogue on its own, after a library GEMM (fp32 product into a bf16 output, and in place).
+    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, __nv_bfloat16>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
+                   static_cast<const float*>(nullptr), 1, std::int64_t(0), static_cast<__nv_bfloat16*>(nullptr), 1, std::int64_t(0),
+                   tessel::kernels::GemmEpilogue<float, __nv_bfloat16>{});
+    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, float>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
+                   static_cast<const float*>(nullptr), 1, std::int64_t(0), static_cast<float*>(nullptr), 1, std::int64_t(0),
+                   tessel::kernels::GemmEpilogue<float, float>{});
 }
 
 }  // namespace report

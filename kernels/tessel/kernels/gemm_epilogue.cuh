@@ -35,13 +35,10 @@ struct GemmEpilogue {
     __host__ __device__ Acc operator()(Acc acc, Acc prior, int batch, int row, int col) const {
         Acc v = beta != Acc(0) ? alpha * acc + beta * prior : alpha * acc;
         if (bias) v += to_acc(bias[batch * bias_batch_stride + (bias_per_row ? row : col)]);
-        switch (activation) {
-            case Activation::none: break;
-            case Activation::relu: v = ops::Relu{}(v); break;
-            case Activation::gelu: v = ops::Gelu{}(v); break;
-            case Activation::gelu_tanh: v = ops::GeluTanh{}(v); break;
-            case Activation::silu: v = ops::Silu{}(v); break;
-        }
+        if (activation == Activation::relu) v = ops::Relu{}(v);
+        else if (activation == Activation::gelu) v = ops::Gelu{}(v);
+        else if (activation == Activation::gelu_tanh) v = ops::GeluTanh{}(v);
+        else if (activation == Activation::silu) v = ops::Silu{}(v);
         if (residual) v += to_acc(residual[batch * residual_batch_stride + std::int64_t(row) * residual_ld + col]);
         return v;
     }

@@ -62,9 +62,14 @@ __device__ __forceinline__ void load_vector(T (&dst)[V], const T* src) {
 }
 }  // namespace simt_detail
 
-// budget: threads 256, registers 128, hot
+// fp32 with 16-byte loads: two blocks per multiprocessor (at most 128 registers). fp64, and fp32's
+// scalar-load variant, keep one: their epilogue math (erf, tanh, exp) spills under 128 registers.
+template <class T, bool Aligned>
+inline constexpr int simt_min_blocks = sizeof(T) == 4 && Aligned ? 2 : 1;
+
+// budget: threads 256, registers 255, hot
 template <class T, class Tile, bool Aligned, class Epilogue = GemmEpilogue<T, T>>
-__global__ void __launch_bounds__(Tile::threads, 2)  // two blocks per multiprocessor: at most 128 registers
+__global__ void __launch_bounds__(Tile::threads, simt_min_blocks<T, Aligned>)
 simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
             std::int64_t batch_stride_b, T* c, int ldc, std::int64_t batch_stride_c, int batches, Epilogue epilogue) {
     using namespace simt_detail;
