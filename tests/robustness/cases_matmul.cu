@@ -78,3 +78,15 @@ BAD_ENV("environment", "TESSEL_MATMUL_AUTOTUNE not 0 or 1", Expect::invalid_argu
         {{"TESSEL_MATMUL_AUTOTUNE", "yes"}}) {
     (void)matmul(dev({2, 2}), dev({2, 2}));
 };
+BAD("matmul", "a bias of the wrong length", Expect::invalid_argument, "contiguous 1-d tensor of 6 elements") {
+    matmul(dev({3, 4}), dev({4, 6}), dev({3, 6}), MatmulOptions{}, MatmulEpilogue<float>{.bias = dev({5})});
+};
+BAD("matmul", "a bias in host memory", Expect::invalid_argument, "the bias must be in device memory") {
+    matmul(dev({3, 4}), dev({4, 6}), dev({3, 6}), MatmulOptions{}, MatmulEpilogue<float>{.bias = zeros<float>({6}, {.space = MemorySpace::host})});
+};
+BAD("matmul", "a residual of the wrong shape", Expect::invalid_argument, "the residual has shape [6, 3]") {
+    matmul(dev({3, 4}), dev({4, 6}), dev({3, 6}), MatmulOptions{}, MatmulEpilogue<float>{.residual = dev({6, 3})});
+};
+BAD("matmul", "a linear weight that is not 2-d", Expect::invalid_argument, "the weight must be a 2-d tensor") {
+    (void)linear(dev({3, 4}), dev({4}));
+};
