@@ -5,6 +5,8 @@
 //  - handle(device, stream): the calling thread's pooled handle for the device, set to `stream` and
 //    to that (handle, stream)'s workspace from the caching allocator, on every use (PyTorch's
 //    getCurrentCUDABlasHandle: cuBLAS would otherwise allocate its workspace outside the cache).
+//  - release_workspaces(): gives back the workspaces of cuBLAS's handles and of cuBLASLt's
+//    (lib/cublaslt.hpp keeps its own in the same table).
 #pragma once
 
 #include "../core/backend.hpp"
@@ -91,12 +93,30 @@ struct HandlePool {
         void* data = nullptr;
         std::size_t bytes = 0;
     };
-    std::map<std::pair<cublasHandle_t, rt::stream_t>, Workspace> workspaces;
+    // Keyed by the library handle that uses it: a cublasHandle_t, or a cublasLtHandle_t
+    // (lib/cublaslt.hpp), so that release_workspaces() finds both libraries' workspaces.
+    std::map<std::pair<const void*, rt::stream_t>, Workspace> workspaces;
     static HandlePool& get() {
         static HandlePool* p = new HandlePool();
         return *p;
     }
 };
+
+// The workspace of (owner, stream): sized and taken from the caching allocator on first use, then
+// kept until release_workspaces().
+inline HandlePool::Workspace workspace(const void* owner, Device device, rt::stream_t stream) {
+    HandlePool& p = HandlePool::get();
+    HandlePool::Workspace ws;
+    {
+        std::lock_guard lk(p.m);
+        if (auto it = p.workspaces.find({owner, stream}); it != p.workspaces.end()) return it->second;
+    }
+    ws.bytes = workspace_bytes(device);
+    ws.data = ws.bytes ? memory::allocate(ws.bytes, stream) : nullptr;
+    std::lock_guard lk(p.m);
+    p.workspaces[{owner, stream}] = ws;
+    return ws;
+}
 // The calling thread's handles by device, given back to the pool when the thread exits.
 struct ThreadHandles {
     std::map<int, cublasHandle_t> by_device;
@@ -127,24 +147,13 @@ inline cublasHandle_t handle(Device device, rt::stream_t stream) {
         mine.by_device[device.index] = h;
     }
     check(api::cublasSetStream_v2(h, stream), "cublasSetStream");
-    detail::HandlePool& p = detail::HandlePool::get();
-    detail::HandlePool::Workspace ws;
-    {
-        std::lock_guard lk(p.m);
-        ws = p.workspaces[{h, stream}];
-    }
-    if (!ws.data && ws.bytes == 0) {  // first use of this (handle, stream): size it, take it from the cache
-        ws.bytes = workspace_bytes(device);
-        ws.data = ws.bytes ? memory::allocate(ws.bytes, stream) : nullptr;
-        std::lock_guard lk(p.m);
-        p.workspaces[{h, stream}] = ws;
-    }
+    const detail::HandlePool::Workspace ws = detail::workspace(h, device, stream);
     if (ws.bytes) check(api::cublasSetWorkspace_v2(h, ws.data, ws.bytes), "cublasSetWorkspace");
     return h;
 }
 
-// Gives every (handle, stream) workspace back to the caching allocator (each is taken again, from
-// the cache, by the next call on its stream): for tests that account for every allocated byte, and
+// Gives every (handle, stream) workspace, cuBLAS's and cuBLASLt's, back to the caching allocator
+// (each is taken again, from the cache, by the next call on its stream): for tests that account for every allocated byte, and
 // before empty_cache() when the memory is wanted elsewhere. Work already queued keeps its memory:
 // the allocator reuses a block only in its stream's order.
 inline void release_workspaces() {
