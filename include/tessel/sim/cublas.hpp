@@ -56,6 +56,7 @@ TESSEL_API std::size_t workspace_bytes(cublasHandle_t handle);
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "runtime.hpp"
 #include "warp_matrix.hpp"  // f16/bf16 widening, cvt.rna.tf32
@@ -82,6 +83,8 @@ inline double load(cudaDataType t, const void* base, std::int64_t i) {
         case CUDA_R_64F: return static_cast<const double*>(base)[i];
         case CUDA_R_8I: return static_cast<const std::int8_t*>(base)[i];
         case CUDA_R_32I: return static_cast<const std::int32_t*>(base)[i];
+        case CUDA_R_8F_E4M3: return float(static_cast<const __nv_fp8_e4m3*>(base)[i]);  // cuBLASLt's fp8 inputs
+        case CUDA_R_8F_E5M2: return float(static_cast<const __nv_fp8_e5m2*>(base)[i]);
         default: return 0;
     }
 }
@@ -97,7 +100,9 @@ inline void store(cudaDataType t, void* base, std::int64_t i, double v) {
 }
 inline std::size_t type_bytes(cudaDataType t) {
     switch (t) {
-        case CUDA_R_8I: return 1;
+        case CUDA_R_8I:
+        case CUDA_R_8F_E4M3:
+        case CUDA_R_8F_E5M2: return 1;
         case CUDA_R_16F:
         case CUDA_R_16BF: return 2;
         case CUDA_R_32F:
@@ -206,6 +211,50 @@ inline void gemm_one(int m, int n, int k, double alpha, const Operand& a, const 
     }
 #endif
     gemm_loops(m, n, k, alpha, a, b, beta, ct, c, ldc, compute == CUBLAS_COMPUTE_32I);
+}
+
+// op(A) op(B) alone, for one batch entry, as a packed column-major m x n matrix: the accumulator
+// before any scaling (sim/cublaslt.hpp applies alpha, beta and its epilogue to it). The 32F compute
+// types sum in fp32 (through OpenBLAS where present, 16-bit and fp8 inputs widened exactly, tf32
+// rounded for FAST_TF32), 64F in fp64, 32I exactly and wrapped to int32 as the IMMA kernels do.
+inline std::vector<double> product(int m, int n, int k, const Operand& a, const Operand& b, cublasComputeType_t compute) {
+    std::vector<double> out(std::size_t(m) * std::size_t(n), 0.0);
+    if (k == 0) return out;
+#if defined(TESSEL_SIM_HAS_OPENBLAS)
+    if (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_FAST_TF32) {
+        static const bool one_thread = [] {
+            openblas_set_num_threads(1);  // the sim's stream and block workers are the parallelism
+            return true;
+        }();
+        (void)one_thread;
+        const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+        const auto fa = widen(a, m, k, tf32), fb = widen(b, k, n, tf32);
+        std::vector<float> fc(out.size());
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, fa.data(), m, fb.data(), k, 0.f, fc.data(), m);
+        std::copy(fc.begin(), fc.end(), out.begin());
+        return out;
+    }
+#endif
+    const bool integer = compute == CUBLAS_COMPUTE_32I, single = compute != CUBLAS_COMPUTE_64F && !integer;
+    const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    const auto in = [&](const Operand& x, std::int64_t r, std::int64_t c) {
+        const double v = load(x.type, x.base, x.at(r, c));
+        return tf32 ? double(std::bit_cast<float>(warp::cvt_rna_tf32(float(v)))) : v;
+    };
+    for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i) {
+            double s = 0;
+            float f = 0;
+            std::int64_t z = 0;
+            for (int p = 0; p < k; ++p) {
+                if (integer) z += std::int64_t(in(a, i, p)) * std::int64_t(in(b, p, j));
+                else if (single) f = std::fma(float(in(a, i, p)), float(in(b, p, j)), f);
+                else s += in(a, i, p) * in(b, p, j);
+            }
+            const double sum = integer ? double(std::int32_t(std::uint32_t(z))) : single ? double(f) : s;
+            out[std::size_t(i) + std::size_t(j) * std::size_t(m)] = sum;
+        }
+    return out;
 }
 
 inline bool valid(cublasHandle_t h) { return h != nullptr; }
