@@ -85,13 +85,17 @@ void matmul(int m, int n, int k, const T* a, const T* b, T* c) {
                    Acc(0), c, n);
 }
 
-// The tensor-core product in the tile shapes the tests run (64 x 64 / 3 stages, 128 x 128 / 4).
-template <class T, class Out, class Tile>
+// The tensor-core product in the tile shapes the tests run (64 x 64 / 3 stages, 128 x 128 / 4); tf32
+// and int8 take B by columns only.
+template <class T, class Out, class Tile, class Acc = float>
 void mma_matmul(int m, int n, int k, const T* a, const T* b, Out* c) {
-    tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr, m, n,
-                   k, a, k, std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::GemmEpilogue<float, Out>{});
-    tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile, true>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr, m,
-                   n, k, a, k, std::int64_t(0), b, k, std::int64_t(0), c, n, std::int64_t(0), 1, tessel::kernels::GemmEpilogue<float, Out>{});
+    constexpr bool scaled = std::is_same_v<T, std::int8_t> && !std::is_same_v<Out, int>;  // as tessel::matmul instantiates it
+    using Epilogue = tessel::kernels::GemmEpilogue<Acc, Out, scaled>;
+    if constexpr (sizeof(T) == 2)
+        tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile, false, Epilogue>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(),
+                       nullptr, m, n, k, a, k, std::int64_t(0), b, n, std::int64_t(0), c, n, std::int64_t(0), 1, Epilogue{});
+    tessel::launch(tessel::kernels::mma_matmul<T, Out, Tile, true, Epilogue>, Tile::grid(m, n), Tile::block(), Tile::smem_bytes(), nullptr,
+                   m, n, k, a, k, std::int64_t(0), b, k, std::int64_t(0), c, n, std::int64_t(0), 1, Epilogue{});
 }
 
 // The SIMT product in the configurations tessel::matmul picks, with and without 16-byte loads.
@@ -139,14 +143,18 @@ void instantiate(unsigned* found) {
     mma_matmul<__nv_bfloat16, float, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<float*>(nullptr));
     mma_matmul<__nv_bfloat16, __nv_bfloat16, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<__nv_bfloat16*>(nullptr));
     mma_matmul<__half, __half, MmaSmall>(1, 1, 1, nullptr, nullptr, static_cast<__half*>(nullptr));
+    mma_matmul<float, float, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<float*>(nullptr));
+    mma_matmul<std::int8_t, int, MmaLarge, int>(1, 1, 1, nullptr, nullptr, static_cast<int*>(nullptr));
+    mma_matmul<std::int8_t, std::int8_t, MmaLarge>(1, 1, 1, nullptr, nullptr, static_cast<std::int8_t*>(nullptr));
+    mma_matmul<std::int8_t, __nv_bfloat16, MmaSmall>(1, 1, 1, nullptr, nullptr, static_cast<__nv_bfloat16*>(nullptr));
     simt_matmul<float, tessel::kernels::SimtTile<float, 128, 128, 8, 8, 8>>(1, 1, 1, nullptr, nullptr, nullptr);
     simt_matmul<float, tessel::kernels::SimtTile<float, 64, 64, 16, 4, 4>>(1, 1, 1, nullptr, nullptr, nullptr);
     simt_matmul<double, tessel::kernels::SimtTile<double, 64, 64, 8, 4, 4>>(1, 1, 1, nullptr, nullptr, nullptr);
     // The epilogue on its own, after a library GEMM (fp32 product into a bf16 output, and in place).
-    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, __nv_bfloat16>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
+    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, float, __nv_bfloat16>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
                    static_cast<const float*>(nullptr), 1, std::int64_t(0), static_cast<__nv_bfloat16*>(nullptr), 1, std::int64_t(0),
                    tessel::kernels::GemmEpilogue<float, __nv_bfloat16>{});
-    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, float>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
+    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, float, float>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
                    static_cast<const float*>(nullptr), 1, std::int64_t(0), static_cast<float*>(nullptr), 1, std::int64_t(0),
                    tessel::kernels::GemmEpilogue<float, float>{});
 }

@@ -76,8 +76,28 @@ Tensor<U> as_full(const Tensor<U>& t, const MatmulShapes& s) {
 }
 
 template <class T, class Out>
-void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, Device device) {
+void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const MatmulOptions& o, Device device) {
     const std::int64_t m = s.full[s.full.size() - 2], n = s.full[s.full.size() - 1];
+    if constexpr (!std::is_same_v<T, std::int8_t>)
+        require(!e.row_scale && !e.col_scale, "matmul: row and column scales dequantise an int8 product; for ", dtype_name<T>(),
+                " inputs fold a per-tensor scale into alpha");
+    if constexpr (std::is_same_v<Out, int>) {
+        require(!e.fuses_anything(), "matmul: an int32 output is the exact int8 product: it takes no bias, activation, residual or "
+                "scales; write int8, fp32, bf16 or fp16 for a requantised or dequantised result");
+        require(o.alpha == std::int32_t(o.alpha) && o.beta == std::int32_t(o.beta), "matmul: an int32 output takes integer alpha and "
+                "beta (the product is exact); got alpha = ", o.alpha, ", beta = ", o.beta, "; write fp32 (or int8) for a scaled result");
+    }
+    for (const auto* scale : {&e.row_scale, &e.col_scale}) {
+        if (!*scale) continue;
+        const bool rows = scale == &e.row_scale;
+        const Tensor<float>& t = **scale;
+        const std::int64_t want = rows ? m : n;
+        require(t.defined() && t.dim() == 1 && t.numel() == want && t.is_contiguous(), "matmul: the ", rows ? "row" : "column",
+                " scale must be a contiguous 1-d fp32 tensor of ", want, " elements (one per output ", rows ? "row" : "column",
+                "), not shape ", t.defined() ? t.shape().to_string() : std::string("(undefined)"));
+        require(t.device() == device && t.space() != MemorySpace::host && t.space() != MemorySpace::pinned, "matmul: the ",
+                rows ? "row" : "column", " scale must be in device memory on the operands' device ", device.index);
+    }
     if (e.bias) {
         const std::int64_t want = e.bias_per_row ? m : n;
         require(e.bias->defined() && e.bias->dim() == 1 && e.bias->numel() == want && e.bias->is_contiguous(), "matmul: the bias must be a "
@@ -106,7 +126,7 @@ void matmul_into(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out,
         require(stream_device == device.index, "matmul: stream ", static_cast<const void*>(stream), " belongs to device ", stream_device,
                 ", the operands are on device ", device.index);
     }
-    check_epilogue<T, Out>(e, s, device);
+    check_epilogue<T, Out>(e, s, o, device);
     // The operands as [..., M, K] and [..., K, N], the output (and residual) as batch + [M, N].
     const Tensor<T> a2 = s.a_vector ? a.unsqueeze(0) : a;
     const Tensor<T> b2 = s.b_vector ? b.unsqueeze(1) : b;
@@ -116,24 +136,37 @@ void matmul_into(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out,
     ::tessel::detail::order_after_last_write(*out.storage(), stream, device);
     for (const auto* t : {&e.bias, &e.residual})
         if (*t) ::tessel::detail::order_after_last_write(*(*t)->storage(), stream, device);
+    for (const auto* t : {&e.row_scale, &e.col_scale})
+        if (*t) ::tessel::detail::order_after_last_write(*(*t)->storage(), stream, device);
     run_matmul<T, Out>(a2, b2, as_full(out, s), o, full_e, stream, device, site);
 }
 
 template <class T, class Out>
 constexpr bool matmul_types = (tensor_core_type<T> && (std::is_same_v<Out, T> || std::is_same_v<Out, float>)) ||
-                              ((std::is_same_v<T, float> || std::is_same_v<T, double>) && std::is_same_v<Out, T>);
+                              ((std::is_same_v<T, float> || std::is_same_v<T, double>) && std::is_same_v<Out, T>) ||
+                              (std::is_same_v<T, std::int8_t> && (std::is_same_v<Out, int> || std::is_same_v<Out, std::int8_t> ||
+                                                                  std::is_same_v<Out, float> || tensor_core_type<Out>));
+
+}  // namespace ops::detail
+
+// The dtype matmul(a, b) returns: the inputs', int32 for int8 (the exact product, as torch._int_mm).
+template <class T>
+using matmul_result_t = std::conditional_t<std::is_same_v<T, std::int8_t>, int, T>;
+
+namespace ops::detail {
 
 }  // namespace ops::detail
 
 // out = epilogue(alpha * (a @ b) + beta * out) with torch.matmul's shape rules; out must have the
 // product's shape, be on the operands' device and share no memory with them (beta == 0 never reads
-// it). Out is T, or fp32 for bf16/fp16 inputs (the accumulator, unrounded).
+// it). Out is T, or fp32 for bf16/fp16 inputs (the accumulator, unrounded); for int8 inputs int32
+// (exact), or int8, fp32, bf16, fp16 through the epilogue's scales (requantised, dequantised).
 template <Element T, Element Out>
 void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, const MatmulOptions& options = {},
             const MatmulEpilogue<Out>& epilogue = {}, std::source_location site = std::source_location::current()) {
     static_assert(ops::detail::matmul_types<T, Out>,
                   "matmul takes float, double, __half and __nv_bfloat16 tensors, writing the same type or, for __half and "
-                  "__nv_bfloat16, float (int8 and fp8 products are not implemented yet)");
+                  "__nv_bfloat16, float; and int8 tensors, writing int32, int8, float, __half or __nv_bfloat16");
     const ops::detail::MatmulShapes s = ops::detail::matmul_shapes(a, b);
     require(out.defined(), "matmul: out is an undefined (default-constructed) tensor");
     require(out.space() == MemorySpace::device || out.space() == MemorySpace::managed, "matmul: out is in ", space_name(out.space()),
@@ -159,17 +192,18 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
     ops::detail::matmul_into(a, b, out, s, options, epilogue, site);
 }
 
-// a @ b (with the epilogue) as a new contiguous tensor of a's dtype, with torch.matmul's shape
-// rules (beta must be 0: there is no prior output to scale).
+// a @ b (with the epilogue) as a new contiguous tensor of a's dtype (int32 for int8), with
+// torch.matmul's shape rules (beta must be 0: there is no prior output to scale).
 template <Element T>
-Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b, const MatmulOptions& options = {}, const MatmulEpilogue<T>& epilogue = {},
-                 std::source_location site = std::source_location::current()) {
-    static_assert(ops::detail::matmul_types<T, T>,
-                  "matmul takes float, double, __half and __nv_bfloat16 tensors (int8 and fp8 products are not implemented yet)");
+Tensor<matmul_result_t<T>> matmul(const Tensor<T>& a, const Tensor<T>& b, const MatmulOptions& options = {},
+                                  const MatmulEpilogue<matmul_result_t<T>>& epilogue = {},
+                                  std::source_location site = std::source_location::current()) {
+    using R = matmul_result_t<T>;
+    static_assert(ops::detail::matmul_types<T, R>, "matmul takes float, double, __half, __nv_bfloat16 and int8 tensors");
     const ops::detail::MatmulShapes s = ops::detail::matmul_shapes(a, b);
     require(options.beta == 0, "matmul: beta = ", options.beta, " scales an existing output; pass one (matmul(a, b, out, options))");
     const rt::stream_t stream = options.stream ? *options.stream : current_stream(a.device()).handle();
-    Tensor<T> out = empty<T>(s.result, TensorOptions{.device = a.device(), .stream = stream, .non_blocking = true});
+    Tensor<R> out = empty<R>(s.result, TensorOptions{.device = a.device(), .stream = stream, .non_blocking = true});
     ops::detail::matmul_into(a, b, out, s, options, epilogue, site);
     return out;
 }
@@ -180,6 +214,8 @@ template <Element T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_identity_t<std::optional<Tensor<T>>>& bias = std::nullopt,
                  Activation activation = Activation::none, const MatmulOptions& options = {},
                  std::source_location site = std::source_location::current()) {
+    static_assert(!std::is_same_v<T, std::int8_t>, "linear of int8 tensors: call matmul(x, weight.transpose(0, 1), out, options, "
+                  "epilogue) with an int8, fp32, bf16 or fp16 out and the epilogue's scales and bias");
     require(weight.defined() && weight.dim() == 2, "linear: the weight must be a 2-d tensor [out_features, in_features], not shape ",
             weight.defined() ? weight.shape().to_string() : std::string("(undefined)"));
     require(x.defined() && x.dim() >= 1 && x.shape()[x.dim() - 1] == weight.shape()[1], "linear: the input's last dim must be the "

@@ -36,13 +36,13 @@ struct MatrixArg {
 
 // Row layout: a row's elements adjacent, rows ld >= cols apart; column layout the transpose. A
 // size-1 dim's stride does not matter. ld is what BLAS calls the leading dimension.
+// A matrix with one row or column has both layouts; layout_of prefers row.
 enum class MatrixLayout { row, col, other };
-inline MatrixLayout layout_of(std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
-    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= cols)) return MatrixLayout::row;
-    if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= rows)) return MatrixLayout::col;
-    return MatrixLayout::other;
+inline bool row_layout(const MatrixArg& m) { return (m.cols <= 1 || m.col_stride == 1) && (m.rows <= 1 || m.row_stride >= m.cols); }
+inline bool col_layout(const MatrixArg& m) { return (m.rows <= 1 || m.row_stride == 1) && (m.cols <= 1 || m.col_stride >= m.rows); }
+inline MatrixLayout layout_of(const MatrixArg& m) {
+    return row_layout(m) ? MatrixLayout::row : col_layout(m) ? MatrixLayout::col : MatrixLayout::other;
 }
-inline MatrixLayout layout_of(const MatrixArg& m) { return layout_of(m.rows, m.cols, m.row_stride, m.col_stride); }
 inline std::int64_t leading_dim(const MatrixArg& m, MatrixLayout l) {
     if (l == MatrixLayout::row) return m.rows <= 1 ? std::max<std::int64_t>(m.cols, 1) : m.row_stride;
     return m.cols <= 1 ? std::max<std::int64_t>(m.rows, 1) : m.col_stride;
@@ -56,38 +56,49 @@ MatrixArg matrix_arg(const Tensor<Tn>& t) {
 template <class T>
 constexpr bool tensor_core_type = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
-// What the hand-written path takes as it lies: row layout, and for B of the tensor-core kernel also
-// column layout (a linear layer's transposed weight); for the tensor-core kernel 16-byte rows (ld and
-// batch strides multiples of 8 elements, a 16-byte aligned start).
+// Whether T's hand-written product is mma_matmul (tensor cores: 16-bit inputs, int8, and fp32 when
+// TF32 is allowed) rather than simt_matmul (exact fp32, fp64).
 template <class T>
-bool handwritten_takes(const Tensor<T>& t, bool is_b) {
+bool mma_kernel(const MatmulOptions& o) {
+    return tensor_core_type<T> || std::is_same_v<T, std::int8_t> || (std::is_same_v<T, float> && o.allow_tf32);
+}
+
+// What a path takes as it lies. simt_matmul: row layout. mma_matmul (and int8 on either path): A in
+// row layout, B in column layout (a linear layer's transposed weight) or, for 16-bit inputs only, row
+// layout (ldmatrix.trans moves 16-bit elements); rows of whole 16-byte chunks (ld and batch strides
+// multiples of 16 bytes, a 16-byte aligned start).
+template <class T>
+bool handwritten_takes(const Tensor<T>& t, bool is_b, bool mma) {
     const MatrixArg m = matrix_arg(t);
-    const MatrixLayout l = layout_of(m);
-    if (l == MatrixLayout::other || (l == MatrixLayout::col && !(tensor_core_type<T> && is_b))) return false;
-    if constexpr (tensor_core_type<T>) {
-        if (leading_dim(m, l) % 8 != 0 || reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
-        for (int d = 0; d + 2 < t.dim(); ++d)
-            if (t.shape()[d] > 1 && t.strides()[d] % 8 != 0) return false;
-    }
+    if (!mma) return row_layout(m);
+    const MatrixLayout l = !is_b           ? (row_layout(m) ? MatrixLayout::row : MatrixLayout::other)
+                           : sizeof(T) == 2 ? layout_of(m)
+                                            : (col_layout(m) ? MatrixLayout::col : MatrixLayout::other);
+    if (l == MatrixLayout::other) return false;
+    constexpr std::int64_t V = 16 / sizeof(T);
+    if (leading_dim(m, l) % V != 0 || reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
+    for (int d = 0; d + 2 < t.dim(); ++d)
+        if (t.shape()[d] > 1 && t.strides()[d] % V != 0) return false;
     return true;
 }
 
-// A copy of t the hand-written path takes: contiguous rows, for 16-bit types padded to a multiple
-// of 8 elements (the padding is never read: the kernel zero-fills past K and N).
+// A copy of t that handwritten_takes: contiguous rows (columns, for mma_matmul's B of a type that
+// needs them), for mma_matmul padded to whole 16-byte chunks (the padding is never read: the kernel
+// zero-fills past K and N).
 template <class T>
-Tensor<T> packed(const Tensor<T>& t, rt::stream_t stream) {
+Tensor<T> packed(const Tensor<T>& t, rt::stream_t stream, bool is_b, bool mma) {
     const TensorOptions on{.device = t.device(), .stream = stream, .non_blocking = true};
-    if constexpr (!tensor_core_type<T>) {
-        return t.to(on);
-    } else {
-        Shape padded = t.shape();
-        const int last = padded.size() - 1;
-        const std::int64_t cols = padded[last];
-        padded[last] = (cols + 7) / 8 * 8;
-        Tensor<T> view = empty<T>(padded, on).narrow(last, 0, cols);
-        view.copy_(t, stream);
-        return view;
-    }
+    if (!mma) return t.to(on);
+    const int r = t.dim();
+    const bool columns = is_b && sizeof(T) != 2;
+    const Tensor<T> src = columns ? t.transpose(r - 2, r - 1) : t;
+    Shape padded = src.shape();
+    constexpr std::int64_t V = 16 / sizeof(T);
+    const std::int64_t cols = padded[r - 1];
+    padded[r - 1] = (cols + V - 1) / V * V;
+    Tensor<T> view = empty<T>(padded, on).narrow(r - 1, 0, cols);
+    view.copy_(src, stream);
+    return columns ? view.transpose(r - 2, r - 1) : view;
 }
 
 template <class T>
@@ -95,6 +106,8 @@ cudaDataType blas_type() {
     if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
     else if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
     else if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
+    else if constexpr (std::is_same_v<T, std::int8_t>) return CUDA_R_8I;
+    else if constexpr (std::is_same_v<T, int>) return CUDA_R_32I;
     else return CUDA_R_16BF;
 }
 
@@ -109,12 +122,27 @@ constexpr const char* dtype_name() {
     if constexpr (std::is_same_v<T, float>) return "fp32";
     else if constexpr (std::is_same_v<T, double>) return "fp64";
     else if constexpr (std::is_same_v<T, __half>) return "fp16";
+    else if constexpr (std::is_same_v<T, std::int8_t>) return "int8";
     else return "bf16";
 }
-
-// The accumulator of T's products: fp64 for fp64, fp32 for everything else.
+// The dtype as the dispatch table keys it: fp32 on TF32 tensor cores is "tf32".
 template <class T>
-using accumulator_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+const char* dtype_key(const MatmulOptions& o) {
+    return std::is_same_v<T, float> && o.allow_tf32 ? "tf32" : dtype_name<T>();
+}
+
+// What a library GEMM writes before an epilogue kernel runs: int32 for int8 inputs, else the
+// accumulator's fp32 (fp64 for fp64).
+template <class T>
+using product_t = std::conditional_t<std::is_same_v<T, double>, double, std::conditional_t<std::is_same_v<T, std::int8_t>, int, float>>;
+// The type the epilogue computes in (kernels::GemmEpilogue's Acc): the product's, except that an
+// int8 product bound for anything but int32 is dequantised in fp32.
+template <class T, class Out>
+using accumulator_t = std::conditional_t<std::is_same_v<product_t<T>, int> && !std::is_same_v<Out, int>, float, product_t<T>>;
+// The epilogue T's kernels take: scaled (row and column dequantisation scales) for int8 products
+// dequantised in fp32.
+template <class T, class Out>
+using epilogue_t = kernels::GemmEpilogue<accumulator_t<T, Out>, Out, std::is_same_v<T, std::int8_t> && !std::is_same_v<Out, int>>;
 
 // One cublasGemmStridedBatchedEx for `batches` products C = alpha A B + beta C, row-major meaning.
 // Row-major C is column-major C^T = B^T A^T, so B goes first; a column-layout C takes A first.
@@ -134,11 +162,15 @@ void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const 
     const int k = checked_int(a.cols, "K");
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     if constexpr (std::is_same_v<T, double>) compute = CUBLAS_COMPUTE_64F;
+    if constexpr (std::is_same_v<T, std::int8_t>) compute = CUBLAS_COMPUTE_32I;  // alpha and beta are int32 (integers, checked)
     if (std::is_same_v<T, float> && o.allow_tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     const float alpha32 = float(o.alpha), beta32 = float(o.beta);
     const double alpha64 = o.alpha, beta64 = o.beta;
-    const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha64) : &alpha32;
-    const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64) : &beta32;
+    const std::int32_t alpha_i = std::int32_t(o.alpha), beta_i = std::int32_t(o.beta);
+    const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha64)
+                        : compute == CUBLAS_COMPUTE_32I ? static_cast<const void*>(&alpha_i) : &alpha32;
+    const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64)
+                       : compute == CUBLAS_COMPUTE_32I ? static_cast<const void*>(&beta_i) : &beta32;
     cublasHandle_t h = cublas::handle(device, stream);
     cublas::check(cublas::api::cublasGemmStridedBatchedEx(
                       h, op_first, op_second, m, n, k, alpha, first.data, blas_type<T>(),
@@ -150,14 +182,14 @@ void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const 
 }
 
 // The hand-written kernels, one launch for the batch: mma_matmul (bf16/fp16 in, the input type or
-// fp32 out) or simt_matmul (fp32/fp64). Problems of fewer than two 128 x 128 tiles per
-// multiprocessor take 64 x 64 tiles.
+// fp32 out; fp32 on TF32; int8 in, int32 or a requantised output) or simt_matmul (fp32/fp64).
+// Problems of fewer than two 128 x 128 tiles per multiprocessor take 64 x 64 tiles.
 template <class T, class Out>
 std::string_view handwritten_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c,
-                             std::int64_t batches, const kernels::GemmEpilogue<accumulator_t<T>, Out>& epilogue,
-                             std::source_location site) {
+                                  std::int64_t batches, const epilogue_t<T, Out>& epilogue, bool mma, std::source_location site) {
+    using Epilogue = epilogue_t<T, Out>;
     const int m = checked_int(c.rows, "M"), n = checked_int(c.cols, "N"), k = checked_int(a.cols, "K");
-    const bool b_columns = layout_of(b) == MatrixLayout::col;
+    const bool b_columns = sizeof(T) != 2 ? mma : layout_of(b) == MatrixLayout::col;  // tf32 and int8 take B by columns
     const int lda = checked_int(leading_dim(a, MatrixLayout::row), "leading dimension");
     const int ldb = checked_int(leading_dim(b, b_columns ? MatrixLayout::col : MatrixLayout::row), "leading dimension");
     const int ldc = checked_int(leading_dim(c, MatrixLayout::row), "leading dimension");
@@ -165,26 +197,34 @@ std::string_view handwritten_gemm(Device device, rt::stream_t stream, const Matr
     const std::int64_t big_tiles = ((std::int64_t(m) + 127) / 128) * ((std::int64_t(n) + 127) / 128) * batches;
     const bool big = big_tiles >= 2 * std::int64_t(device_attribute<cudaDevAttrMultiProcessorCount>(device));
     DeviceGuard guard(device);
-    if constexpr (tensor_core_type<T>) {
-        const int major = device_attribute<cudaDevAttrComputeCapabilityMajor>(device);
-        if (major < 8)
-            fail<Unsupported>("matmul: the hand-written ", dtype_name<T>(), " kernel runs on tensor cores with mma.sync, which needs sm_80 or newer; ",
-                              "device ", device.index, " is sm_", major, "x: use MatmulPolicy::library (automatic does)");
-        auto run = [&]<class Tile, bool BColumns>() {
-            constexpr auto kernel = kernels::mma_matmul<T, Out, Tile, BColumns>;
-            allow_dynamic_smem<kernel>(device, int(Tile::smem_bytes()));
-            launch(kernel, GridDim(Tile::grid(m, n, nb), site), Tile::block(), Tile::smem_bytes(), stream, m, n, k,
-                   static_cast<const T*>(a.data), lda, a.batch_stride, static_cast<const T*>(b.data), ldb, b.batch_stride,
-                   static_cast<Out*>(const_cast<void*>(c.data)), ldc, c.batch_stride, nb, epilogue);
-            static const std::string name = std::string("mma_matmul<") + std::to_string(Tile::bm) + "x" + std::to_string(Tile::bn) + ", " +
-                                            std::to_string(Tile::stages) + " stages" + (BColumns ? ", B by columns>" : ">");
-            return std::string_view(name);
-        };
-        auto pick = [&]<class Tile>() -> std::string_view {
-            return b_columns ? run.template operator()<Tile, true>() : run.template operator()<Tile, false>();
-        };
-        return big ? pick.template operator()<kernels::MmaTile<128, 128, 2, 2, 4>>() : pick.template operator()<kernels::MmaTile<64, 64, 2, 2, 3>>();
-    } else {
+    if constexpr (!std::is_same_v<T, double>) {
+        if (mma) {
+            const int major = device_attribute<cudaDevAttrComputeCapabilityMajor>(device);
+            if (major < 8)
+                fail<Unsupported>("matmul: the hand-written ", std::is_same_v<T, float> ? "tf32" : dtype_name<T>(), " kernel runs on tensor "
+                                  "cores with mma.sync, which needs sm_80 or newer; device ", device.index, " is sm_", major,
+                                  "x: use MatmulPolicy::library (automatic does)");
+            auto run = [&]<class Tile, bool BColumns>() {
+                constexpr auto kernel = kernels::mma_matmul<T, Out, Tile, BColumns, Epilogue>;
+                allow_dynamic_smem<kernel>(device, int(Tile::smem_bytes()));
+                launch(kernel, GridDim(Tile::grid(m, n, nb), site), Tile::block(), Tile::smem_bytes(), stream, m, n, k,
+                       static_cast<const T*>(a.data), lda, a.batch_stride, static_cast<const T*>(b.data), ldb, b.batch_stride,
+                       static_cast<Out*>(const_cast<void*>(c.data)), ldc, c.batch_stride, nb, epilogue);
+                static const std::string name = std::string("mma_matmul<") + (std::is_same_v<T, float> ? "tf32" : dtype_name<T>()) + ", " +
+                                                std::to_string(Tile::bm) + "x" + std::to_string(Tile::bn) + ", " +
+                                                std::to_string(Tile::stages) + " stages" + (BColumns ? ", B by columns>" : ">");
+                return std::string_view(name);
+            };
+            auto pick = [&]<class Tile>() -> std::string_view {
+                if constexpr (sizeof(T) == 2)
+                    if (!b_columns) return run.template operator()<Tile, false>();
+                return run.template operator()<Tile, true>();  // tf32 and int8: packed by columns beforehand
+            };
+            return big ? pick.template operator()<kernels::MmaTile<128, 128, 2, 2, 4>>()
+                       : pick.template operator()<kernels::MmaTile<64, 64, 2, 2, 3>>();
+        }
+    }
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         static_assert(std::is_same_v<T, Out>, "the SIMT kernel writes its input type");
         // 16-byte global loads need every row (and batch) of A and B to start 16-byte aligned.
         constexpr int V = int(16 / sizeof(T));
@@ -206,6 +246,8 @@ std::string_view handwritten_gemm(Device device, rt::stream_t stream, const Matr
         if constexpr (std::is_same_v<T, double>) return pick.template operator()<kernels::SimtTile<double, 64, 64, 8, 4, 4>>();
         else if (big) return pick.template operator()<kernels::SimtTile<float, 128, 128, 8, 8, 8>>();
         else return pick.template operator()<kernels::SimtTile<float, 64, 64, 16, 4, 4>>();
+    } else {
+        return {};  // not reached: every other type runs on the tensor cores
     }
 }
 
@@ -240,15 +282,12 @@ MatmulChoice& choose_path(const MatmulOptions& o, Device device, std::int64_t m,
     MatmulChoice& choice = last_choice();
     const MatmulPolicy asked = o.policy ? *o.policy : matmul_policy();
     if (asked == MatmulPolicy::automatic) {
-        choice = automatic_choice(device_attribute<cudaDevAttrComputeCapabilityMajor>(device), dtype_name<T>(), fused, m, n);
+        choice = automatic_choice(device_attribute<cudaDevAttrComputeCapabilityMajor>(device), dtype_key<T>(o), fused, m, n);
         return choice;
     }
     choice = {};
     choice.path = asked;
-    const bool tf32_note = std::is_same_v<T, float> && o.allow_tf32 && asked == MatmulPolicy::handwritten;
-    choice.reason = asked == MatmulPolicy::library ? "policy library"
-                    : tf32_note ? "policy handwritten; allow_tf32 has no hand-written kernel yet: exact fp32 SIMT"
-                                : "policy handwritten";
+    choice.reason = asked == MatmulPolicy::library ? "policy library" : "policy handwritten";
     return choice;
 }
 
@@ -271,13 +310,14 @@ inline std::map<AutotuneKey, MatmulPolicy>& autotune_cache() {
 template <class T, class Out>
 void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>& out, const MatmulOptions& o,
                 const MatmulEpilogue<Out>& e, rt::stream_t stream, Device device, std::source_location site) {
-    using Acc = accumulator_t<T>;
+    using Acc = accumulator_t<T, Out>;
+    using Product = product_t<T>;
     const int rank = out.dim();
     const bool asked_automatic = !o.policy && matmul_policy() == MatmulPolicy::automatic;
     if (asked_automatic && matmul_autotune()) {
         // The winner for this problem, timed on first sight: both paths on a scratch output (beta 0,
         // so the real output is written once, below), a warm-up run and an event-timed one each.
-        const AutotuneKey key{device.index, dtype_name<T>(), sizeof(Out), out.shape()[rank - 2], out.shape()[rank - 1],
+        const AutotuneKey key{device.index, dtype_key<T>(o), sizeof(Out), out.shape()[rank - 2], out.shape()[rank - 1],
                               a_in.shape()[a_in.dim() - 1], ::tessel::detail::element_count(out.shape()) /
                                                                  std::max<std::int64_t>(1, out.shape()[rank - 2] * out.shape()[rank - 1]),
                               int(layout_of(matrix_arg(a_in))), int(layout_of(matrix_arg(b_in))), int(layout_of(matrix_arg(out))),
@@ -321,12 +361,16 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     }
     MatmulChoice& choice = choose_path<T>(o, device, out.shape()[rank - 2], out.shape()[rank - 1], e.fuses_anything());
     const bool hand = choice.path == MatmulPolicy::handwritten;
+    const bool mma = hand && mma_kernel<T>(o);
+    constexpr bool int8 = std::is_same_v<T, std::int8_t>;
     const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};
 
     Tensor<T> a = a_in, b = b_in;
     auto prepare = [&](Tensor<T>& t, bool is_b) {
-        const bool usable = hand ? handwritten_takes(t, is_b) : layout_of(matrix_arg(t)) != MatrixLayout::other;
-        if (!usable) t = hand ? packed(t, stream) : t.to(on), ++choice.copied_operands;
+        // int8 takes mma_matmul's layouts on both paths: cuBLAS's int8 kernels want the same "TN" form.
+        const bool strict = mma || int8;
+        const bool usable = hand || int8 ? handwritten_takes(t, is_b, strict) : layout_of(matrix_arg(t)) != MatrixLayout::other;
+        if (!usable) t = hand || int8 ? packed(t, stream, is_b, strict) : t.to(on), ++choice.copied_operands;
     };
     prepare(a, false);
     prepare(b, true);
@@ -340,7 +384,7 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     const Tensor<T> A = a.expand([&] { Shape s = full; s[r - 1] = a.shape()[a.dim() - 1]; return s; }());
     const Tensor<T> B = b.expand([&] { Shape s = full; s[r - 2] = b.shape()[b.dim() - 2]; return s; }());
     // The residual as contiguous batch + [M, N] (its flat batch index is the walk's).
-    Tensor<Out> residual;  // undefined: none
+    Tensor<typename MatmulEpilogue<Out>::Operand> residual;  // undefined: none
     if (e.residual) residual = e.residual->expand(full).contiguous(stream);
     const std::int64_t m = full[r - 2], n = full[r - 1];
 
@@ -361,52 +405,57 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
             ma.batch_stride = bd.size.empty() ? 0 : bd.sa.back();
             mb.batch_stride = bd.size.empty() ? 0 : bd.sb.back();
             mcc.batch_stride = bd.size.empty() ? 0 : bd.sc.back();
-            kernels::GemmEpilogue<Acc, Out> epi;
+            epilogue_t<T, Out> epi;
             epi.alpha = Acc(o.alpha);
             epi.beta = Acc(o.beta);
             epi.bias = e.bias ? e.bias->data() : nullptr;
             epi.bias_per_row = e.bias_per_row;
             epi.activation = e.activation;
+            epi.row_scale = e.row_scale ? e.row_scale->data() : nullptr;
+            epi.col_scale = e.col_scale ? e.col_scale->data() : nullptr;
             if (residual.defined()) {
                 epi.residual = residual.data() + idx * inner * m * n;
                 epi.residual_ld = n;
                 epi.residual_batch_stride = m * n;
             }
             if (hand) {
-                choice.implementation = handwritten_gemm<T, Out>(device, stream, ma, mb, mcc, inner, epi, site);
+                choice.implementation = handwritten_gemm<T, Out>(device, stream, ma, mb, mcc, inner, epi, mma, site);
                 continue;
             }
             choice.implementation = "cublasGemmStridedBatchedEx";
-            if (!e.fuses_anything()) {
+            // cuBLAS writes int8 products only as int32: anything else is an epilogue.
+            if (!e.fuses_anything() && (!int8 || std::is_same_v<Out, int>)) {
                 library_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, site);
                 continue;
             }
             // cuBLAS cannot fuse the rest: it writes alpha A B (and, into an fp32/fp64 output, beta C)
             // and one more launch applies the epilogue, reading a 16-bit output's product from an
-            // accumulator-type buffer so the result is rounded once, as on the fused path.
-            const bool in_place = std::is_same_v<Out, Acc>;
-            Tensor<Acc> product;
+            // fp32 buffer (an int8 product's from int32) so the result is rounded once, as on the
+            // fused path.
+            const bool in_place = std::is_same_v<Out, Product>;
+            Tensor<Product> product;
             MatrixArg mp = mcc;
             if (in_place) {
                 library_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, site);
                 epi.alpha = Acc(1);
                 epi.beta = Acc(0);
             } else {
-                product = empty<Acc>({inner, m, n}, on);
+                product = empty<Product>({inner, m, n}, on);
                 mp = {product.data(), m, n, n, 1, m * n};
-                MatmulOptions without_beta = o;
-                without_beta.beta = 0;
-                library_gemm<T, Acc>(device, stream, ma, mb, mp, inner, without_beta, site);
-                epi.alpha = Acc(1);
+                MatmulOptions plain = o;  // alpha and beta are the epilogue's (an int8 product's alpha need not be an integer)
+                plain.alpha = 1;
+                plain.beta = 0;
+                library_gemm<T, Product>(device, stream, ma, mb, mp, inner, plain, site);
             }
             DeviceGuard guard(device);
             const std::int64_t total = inner * m * n;
             const auto blocks = unsigned(std::clamp<std::int64_t>((total + 255) / 256, 1, max_blocks(device, 8)));
-            launch(kernels::gemm_epilogue_apply<Acc, Out>, GridDim(blocks, site), dim3(256), 0, stream, inner, int(m), int(n),
-                   static_cast<const Acc*>(mp.data), checked_int(leading_dim(mp, MatrixLayout::row), "leading dimension"), mp.batch_stride,
-                   static_cast<Out*>(const_cast<void*>(mcc.data)), checked_int(leading_dim(mcc, MatrixLayout::row), "leading dimension"),
-                   mcc.batch_stride, epi);
+            launch(kernels::gemm_epilogue_apply<Product, Acc, Out, epilogue_t<T, Out>::scaled>, GridDim(blocks, site), dim3(256), 0, stream, inner, int(m), int(n),
+                   static_cast<const Product*>(mp.data), checked_int(leading_dim(mp, MatrixLayout::row), "leading dimension"),
+                   mp.batch_stride, static_cast<Out*>(const_cast<void*>(mcc.data)),
+                   checked_int(leading_dim(mcc, MatrixLayout::row), "leading dimension"), mcc.batch_stride, epi);
             choice.implementation = in_place ? "cublasGemmStridedBatchedEx + gemm_epilogue_apply"
+                                  : int8     ? "cublasGemmStridedBatchedEx (int32 product) + gemm_epilogue_apply"
                                              : "cublasGemmStridedBatchedEx (fp32 product) + gemm_epilogue_apply";
         }
     } else {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 
 #include <tessel/kernels/gemm_epilogue.cuh>
 
@@ -24,17 +25,28 @@ struct MatmulOptions {
 // gelu_tanh, silu.
 using kernels::Activation;
 
-// What is fused into a product's store: out = activation(alpha a @ b + beta out + bias) + residual,
-// in the accumulator type, rounded once. bias is one value per output column (torch's linear:
-// shape [N]) or, with bias_per_row, per row ([M]), shared by every batch entry; residual has the
-// output's shape. Both have the output's dtype.
+// The type of a fused bias or residual: the output's, or fp32 for an integer output (an int8
+// product requantised to int8).
+template <class Out>
+using epilogue_operand_t = std::conditional_t<std::is_integral_v<Out>, float, Out>;
+
+// What is fused into a product's store: out = activation(alpha * row_scale[row] * col_scale[col] *
+// (a @ b) + beta out + bias) + residual, in the accumulator type, rounded once. The scales (fp32,
+// [M] and [N]; int8 inputs only) dequantise an int8 product: per token along rows, per channel along
+// columns. bias is
+// one value per output column (torch's linear: shape [N]) or, with bias_per_row, per row ([M]),
+// shared by every batch entry; residual has the output's shape. Bias and residual have the output's
+// dtype (fp32 for an int8 output). An int32 output is the exact product: alpha and beta only.
 template <Element Out>
 struct MatmulEpilogue {
-    std::optional<Tensor<Out>> bias = std::nullopt;
+    using Operand = epilogue_operand_t<Out>;
+    std::optional<Tensor<Operand>> bias = std::nullopt;
     bool bias_per_row = false;
     Activation activation = Activation::none;
-    std::optional<Tensor<Out>> residual = std::nullopt;
-    bool fuses_anything() const { return bias || activation != Activation::none || residual; }
+    std::optional<Tensor<Operand>> residual = std::nullopt;
+    std::optional<Tensor<float>> row_scale = std::nullopt;
+    std::optional<Tensor<float>> col_scale = std::nullopt;
+    bool fuses_anything() const { return bias || activation != Activation::none || residual || row_scale || col_scale; }
 };
 
 }  // namespace tessel

@@ -1,15 +1,19 @@
-// Tensor-core matrix product for 16-bit inputs (bf16, fp16) with fp32 accumulation:
-// C = epilogue(A * B, C), A row-major [M][K], B row-major [K][N] (or, with BColumns, stored by
-// columns: B^T row-major [N][K], as a linear layer's weight), C row-major [M][N], any M, N, K, for
+// Tensor-core matrix product with mma.sync: bf16 and fp16 inputs (m16n8k16, fp32 accumulate), fp32
+// inputs on TF32 tensor cores (m16n8k8, rounded with cvt.rna, fp32 accumulate) and int8 inputs
+// (m16n8k32, int32 accumulate): C = epilogue(A * B, C), A row-major [M][K], B row-major [K][N] (16-bit
+// inputs only) or stored by columns (BColumns: B^T row-major [N][K], as a linear layer's weight;
+// required for tf32 and int8, whose ldmatrix cannot transpose), C row-major [M][N], any M, N, K, for
 // `batches` such products whose operands are batch strides apart (0 broadcasts one operand).
-// The main loop is a Stages-deep cp.async pipeline (one barrier per BK-deep slab) feeding
-// ldmatrix + mma.sync.m16n8k16 from XOR-swizzled shared memory; the epilogue stages the fp32
-// accumulators through shared memory so each thread applies the epilogue to 8 consecutive
-// elements of a row and stores them as one 16-byte vector. Runs on the GPU (sm_80+) and in the sim,
-// whose tessel::ptx checks every fragment, address and cp.async wait.
+// The main loop is a Stages-deep cp.async pipeline (one barrier per 64-byte-deep slab: 32 bf16, 16
+// fp32 or 64 int8 elements of K) feeding ldmatrix + mma.sync from XOR-swizzled shared memory: every
+// input type moves the same bytes, so the staging, swizzle and fragment addressing are shared (the
+// ISA's A and B fragments of all three shapes give a lane the same 4 bytes of the same row). The
+// epilogue stages the accumulators (fp32 or int32) through shared memory so each thread applies the
+// epilogue to 8 consecutive elements of a row and stores them as one vector. Runs on the GPU (sm_80+)
+// and in the sim, whose tessel::ptx checks every fragment, address and cp.async wait.
 //
-// Requirements (the host side checks them): lda, ldb and the batch strides of A and B multiples of 8
-// elements and A, B 16-byte aligned (cp.async moves 16-byte chunks; edges are zero-filled through
+// Requirements (the host side checks them): lda, ldb and the batch strides of A and B multiples of 16
+// bytes and A, B 16-byte aligned (cp.async moves 16-byte chunks; edges are zero-filled through
 // src-size); C has any ldc and batch stride.
 #pragma once
 
@@ -23,13 +27,17 @@
 
 namespace tessel::kernels {
 
-// The shape of one mma_matmul instantiation: the block tile BM x BN, BK = 32 deep per pipeline
+// The shape of one mma_matmul instantiation: the block tile BM x BN, 64 bytes of K per pipeline
 // stage, WarpsM x WarpsN warps each owning a (BM/WarpsM) x (BN/WarpsN) tile of C, Stages slabs in
-// flight. smem_bytes() is the dynamic shared memory a launch needs.
+// flight. smem_bytes() is the dynamic shared memory a launch needs (for any input type).
 template <int BM, int BN, int WarpsM, int WarpsN, int Stages>
 struct MmaTile {
-    static constexpr int bm = BM, bn = BN, bk = 32, stages = Stages;
+    static constexpr int bm = BM, bn = BN, bk_bytes = 64, stages = Stages;
     static constexpr int threads = WarpsM * WarpsN * 32;
+    // Blocks per multiprocessor the register allocation must allow: 4 (128 registers) for warp tiles
+    // of at most 32 accumulators per thread, which ptxas otherwise squeezed to 80 registers with
+    // spills (sm_90, CUDA 13); 1 for larger tiles, which need about 210.
+    static constexpr int min_blocks = BM * BN / threads <= 32 ? 4 : 1;
     static constexpr int warps_m = WarpsM, warps_n = WarpsN;
     static constexpr int warp_m = BM / WarpsM, warp_n = BN / WarpsN;
     static constexpr int m_frags = warp_m / 16, n_frags = warp_n / 8;  // mma tiles per warp
@@ -38,10 +46,10 @@ struct MmaTile {
     static_assert((BM * 4) % threads == 0 && (BN * 4) % threads == 0, "every thread loads whole chunks");
     static_assert(Stages >= 2 && Stages <= 6, "2 to 6 pipeline stages");
     static constexpr int a_chunks = BM * 4 / threads, b_chunks = BN * 4 / threads;  // 16-byte chunks per thread per stage
-    static constexpr int stage_elems = BM * 32 + 32 * BN;
-    static constexpr int c_stride = BN + 8;  // fp32 staging row: +8 floats keeps a half-warp's 8-byte stores on distinct banks
+    static constexpr int stage_bytes = (BM + BN) * 64;  // A's BM rows and B's 64 bytes of K across BN columns
+    static constexpr int c_stride = BN + 8;  // 4-byte staging row: +8 words keeps a half-warp's 8-byte stores on distinct banks
     static constexpr std::size_t smem_bytes() {
-        const std::size_t pipe = std::size_t(Stages) * stage_elems * 2, stage_c = std::size_t(BM) * c_stride * 4;
+        const std::size_t pipe = std::size_t(Stages) * stage_bytes, stage_c = std::size_t(BM) * c_stride * 4;
         return pipe > stage_c ? pipe : stage_c;
     }
     static dim3 block() { return dim3(threads); }
@@ -51,48 +59,75 @@ struct MmaTile {
 
 namespace mma_detail {
 
-// Shared-memory element offsets of the 16-byte chunk `chunk` of row `row`, swizzled so that the 8
-// rows an ldmatrix phase reads fall on 8 distinct 16-byte bank groups. A rows are 32 elements
-// (4 chunks): chunk ^ ((row / 2) % 4). B rows are BN elements: the low 3 bits of the chunk ^ row % 8.
-__device__ __forceinline__ int a_offset(int row, int chunk) { return row * 32 + ((chunk ^ ((row >> 1) & 3)) << 3); }
+// Shared-memory byte offsets of the 16-byte chunk `chunk` of row `row`, swizzled so that the 8 rows
+// an ldmatrix phase reads fall on 8 distinct 16-byte bank groups. A rows (and B^T rows) are 64 bytes
+// (4 chunks): chunk ^ ((row / 2) % 4). k-major B rows are BN 16-bit elements: the low 3 bits of the
+// chunk ^ row % 8.
+__device__ __forceinline__ int a_offset(int row, int chunk) { return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4); }
 template <int BN>
-__device__ __forceinline__ int b_offset(int row, int chunk) { return row * BN + ((chunk ^ (row & 7)) << 3); }
+__device__ __forceinline__ int b_offset(int row, int chunk) { return row * BN * 2 + ((chunk ^ (row & 7)) << 4); }
 
+// Per input type: the accumulator and one mma over 32 bytes of K (k16 for 16-bit, k8 for tf32, k32
+// for int8), its fragments as ldmatrix left them.
 template <class T>
-__device__ __forceinline__ float to_float(T x) {
-    if constexpr (std::is_same_v<T, float>) return x;
-    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-    else return __half2float(x);
-}
-template <class T>
-__device__ __forceinline__ T from_float(float x) {
-    if constexpr (std::is_same_v<T, float>) return x;
-    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(x);
-    else return __float2half(x);
-}
+struct MmaInput {
+    using acc = float;
+    __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) ptx::mma_m16n8k16_bf16(d, a, b, d);
+        else ptx::mma_m16n8k16_f16(d, a, b, d);
+    }
+};
+template <>
+struct MmaInput<float> {
+    using acc = float;
+    // The fragments hold fp32 bits; the tensor cores would truncate them, cvt.rna rounds (as cuBLAS's TF32).
+    __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+        std::uint32_t ra[4], rb[2];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) ra[q] = ptx::cvt_rna_tf32(__uint_as_float(a[q]));
+#pragma unroll
+        for (int q = 0; q < 2; ++q) rb[q] = ptx::cvt_rna_tf32(__uint_as_float(b[q]));
+        ptx::mma_m16n8k8_tf32(d, ra, rb, d);
+    }
+};
+template <>
+struct MmaInput<std::int8_t> {
+    using acc = int;
+    __device__ __forceinline__ static void mma(int (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+        ptx::mma_m16n8k32_s8(d, a, b, d);
+    }
+};
 
-// Bytes of a 16-byte chunk (8 elements) starting at element `first` that lie before `limit`.
+// Bytes of a 16-byte chunk starting at element `first` that lie before `limit`.
+template <class T>
 __device__ __forceinline__ unsigned valid_bytes(int first, int limit) {
+    constexpr int per_chunk = int(16 / sizeof(T));
     const int n = limit - first;
-    return n >= 8 ? 16u : n > 0 ? unsigned(n) * 2u : 0u;
+    return n >= per_chunk ? 16u : n > 0 ? unsigned(n * int(sizeof(T))) : 0u;
 }
 
 }  // namespace mma_detail
 
 // budget: threads 128, registers 255, hot
 template <class T, class OutT, class Tile, bool BColumns = false, class Epilogue = GemmEpilogue<float, OutT>>
-__global__ void __launch_bounds__(Tile::threads)
+__global__ void __launch_bounds__(Tile::threads, Tile::min_blocks)
 mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
            std::int64_t batch_stride_b, OutT* c, int ldc, std::int64_t batch_stride_c, int batches, Epilogue epilogue) {
-    static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "mma_matmul takes bf16 or fp16 inputs");
+    static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float> ||
+                      std::is_same_v<T, std::int8_t>,
+                  "mma_matmul takes bf16, fp16, fp32 (as tf32) or int8 inputs");
+    static_assert(BColumns || sizeof(T) == 2, "tf32 and int8 take B by columns (ldmatrix.trans moves 16-bit elements only)");
     using namespace mma_detail;
+    using Acc = typename MmaInput<T>::acc;
+    using EpAcc = typename Epilogue::acc_type;
     constexpr int BM = Tile::bm, BN = Tile::bn, S = Tile::stages, NT = Tile::threads;
     constexpr int MF = Tile::m_frags, NF = Tile::n_frags;
-    TESSEL_DYNAMIC_SHARED(T, smem);
+    constexpr int BK = int(64 / sizeof(T)), CH = int(16 / sizeof(T));  // elements per slab and per 16-byte chunk
+    TESSEL_DYNAMIC_SHARED(unsigned char, smem);
     const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const int warp_row = (warp / Tile::warps_n) * Tile::warp_m, warp_col = (warp % Tile::warps_n) * Tile::warp_n;
     const int col0 = int(blockIdx.x) * BN;
-    const int k_tiles = (k + 31) / 32;
+    const int k_tiles = (k + BK - 1) / BK;
 
     for (int batch = int(blockIdx.z); batch < batches; batch += int(gridDim.z))
     for (std::int64_t first_row = std::int64_t(blockIdx.y) * BM; first_row < m; first_row += std::int64_t(gridDim.y) * BM) {
@@ -104,39 +139,39 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         // Issues the copies of k-slab `kt` into stage `stage`; rows past M, columns past N and K
         // are zero-filled (src-size 0 reads nothing: the source is then the operand's base).
         auto load_slab = [&](int stage, int kt) {
-            T* sa = smem + stage * Tile::stage_elems;
-            T* sb = sa + BM * 32;
-            const int k0 = kt * 32;
+            unsigned char* sa = smem + stage * Tile::stage_bytes;
+            unsigned char* sb = sa + BM * 64;
+            const int k0 = kt * BK;
 #pragma unroll
             for (int i = 0; i < Tile::a_chunks; ++i) {
                 const int id = tid + i * NT, r = id >> 2, ch = id & 3;
-                const unsigned bytes = row0 + r < m ? valid_bytes(k0 + ch * 8, k) : 0u;
-                const T* src = bytes ? a_batch + std::size_t(row0 + r) * lda + k0 + ch * 8 : a_batch;
+                const unsigned bytes = row0 + r < m ? valid_bytes<T>(k0 + ch * CH, k) : 0u;
+                const T* src = bytes ? a_batch + std::size_t(row0 + r) * lda + k0 + ch * CH : a_batch;
                 ptx::cp_async_16(sa + a_offset(r, ch), src, bytes);
             }
 #pragma unroll
             for (int i = 0; i < Tile::b_chunks; ++i) {
                 if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
                     const int id = tid + i * NT, r = id >> 2, ch = id & 3;
-                    const unsigned bytes = col0 + r < n ? valid_bytes(k0 + ch * 8, k) : 0u;
-                    const T* src = bytes ? b_batch + std::size_t(col0 + r) * ldb + k0 + ch * 8 : b_batch;
+                    const unsigned bytes = col0 + r < n ? valid_bytes<T>(k0 + ch * CH, k) : 0u;
+                    const T* src = bytes ? b_batch + std::size_t(col0 + r) * ldb + k0 + ch * CH : b_batch;
                     ptx::cp_async_16(sb + a_offset(r, ch), src, bytes);
                 } else {
                     const int id = tid + i * NT, r = id / (BN / 8), ch = id % (BN / 8);
-                    const unsigned bytes = k0 + r < k ? valid_bytes(col0 + ch * 8, n) : 0u;
+                    const unsigned bytes = k0 + r < k ? valid_bytes<T>(col0 + ch * 8, n) : 0u;
                     const T* src = bytes ? b_batch + std::size_t(k0 + r) * ldb + col0 + ch * 8 : b_batch;
                     ptx::cp_async_16(sb + b_offset<BN>(r, ch), src, bytes);
                 }
             }
         };
 
-        float acc[MF][NF][4];
+        Acc acc[MF][NF][4];
 #pragma unroll
         for (int i = 0; i < MF; ++i)
 #pragma unroll
             for (int j = 0; j < NF; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
 
         // Prologue: slabs 0 .. S-2 in flight, one group each (empty groups past the last slab keep
         // the group count, and so the wait below, the same in every iteration).
@@ -152,24 +187,25 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
             if (kt + S - 1 < k_tiles) load_slab((kt + S - 1) % S, kt + S - 1);
             ptx::cp_async_commit();
 
-            const T* sa = smem + (kt % S) * Tile::stage_elems;
-            const T* sb = sa + BM * 32;
+            const unsigned char* sa = smem + (kt % S) * Tile::stage_bytes;
+            const unsigned char* sb = sa + BM * 64;
 #pragma unroll
-            for (int ks = 0; ks < 2; ++ks) {  // two k16 steps per slab
+            for (int ks = 0; ks < 2; ++ks) {  // two 32-byte mma steps per slab
                 std::uint32_t af[MF][4], bf[NF][2];
 #pragma unroll
                 for (int i = 0; i < MF; ++i) {
-                    // Lanes 0-15 give rows 0-15 at k chunk 2ks, lanes 16-31 the same rows at 2ks + 1:
-                    // the four 8x8 matrices are a0a1, a2a3, a4a5, a6a7 of the ISA's A fragment.
+                    // Lanes 0-15 give rows 0-15 at chunk 2ks, lanes 16-31 the same rows at 2ks + 1:
+                    // the four 8x8 (16-byte) matrices are a0..a3 of the ISA's A fragment (for 16-bit
+                    // inputs a0a1, a2a3, a4a5, a6a7).
                     const int r = warp_row + i * 16 + (lane & 15);
                     ptx::ldmatrix<4>(af[i], sa + a_offset(r, ks * 2 + (lane >> 4)));
                 }
 #pragma unroll
                 for (int j = 0; j < NF; j += 2) {
-                    // Four 8x8 matrices: b0b1 and b2b3 of n-tile j, then of n-tile j + 1. k-major B is
+                    // Four 8x8 matrices: b0 and b1 of n-tile j, then of n-tile j + 1. k-major B is
                     // read transposed (.trans: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15),
-                    // (k 8-15, n 8-15)); B by columns is read as rows of B^T ((n 0-7, k 0-7),
-                    // (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)), as A is.
+                    // (k 8-15, n 8-15)); B by columns is read as rows of B^T ((n 0-7, chunk 0),
+                    // (n 0-7, chunk 1), (n 8-15, chunk 0), (n 8-15, chunk 1)), as A is.
                     std::uint32_t r4[4];
                     if constexpr (BColumns) {
                         const int nr = warp_col + j * 8 + (lane & 7) + ((lane >> 4) << 3);
@@ -184,18 +220,15 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
 #pragma unroll
                 for (int i = 0; i < MF; ++i)
 #pragma unroll
-                    for (int j = 0; j < NF; ++j) {
-                        if constexpr (std::is_same_v<T, __nv_bfloat16>) ptx::mma_m16n8k16_bf16(acc[i][j], af[i], bf[j], acc[i][j]);
-                        else ptx::mma_m16n8k16_f16(acc[i][j], af[i], bf[j], acc[i][j]);
-                    }
+                    for (int j = 0; j < NF; ++j) MmaInput<T>::mma(acc[i][j], af[i], bf[j]);
             }
         }
         ptx::cp_async_wait<0>();  // only empty groups remain; the staging below reuses the pipeline's memory
         __syncthreads();
 
-        // Epilogue, 1: accumulators to shared memory as fp32 rows (ISA C layout: c0,c1 in row
-        // lane/4, columns 2(lane%4) + 0/1; c2,c3 eight rows below).
-        float* sc = reinterpret_cast<float*>(smem);
+        // Epilogue, 1: accumulators to shared memory as rows (ISA C layout, the same for all three
+        // shapes: c0,c1 in row lane/4, columns 2(lane%4) + 0/1; c2,c3 eight rows below).
+        Acc* sc = reinterpret_cast<Acc*>(smem);
 #pragma unroll
         for (int i = 0; i < MF; ++i)
 #pragma unroll
@@ -208,27 +241,28 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
             }
         __syncthreads();
 
-        // 2: each thread takes 8 consecutive elements of a row: epilogue, conversion, one 16-byte
-        // store where the row allows (else element by element).
+        // 2: each thread takes 8 consecutive elements of a row: epilogue, conversion, one vector store
+        // (16 bytes, or 8 for an int8 output) where the row allows, else element by element.
         constexpr int chunks_per_row = BN / 8;
+        constexpr int out_bytes = int(sizeof(OutT)) * 8;
+        using Vec = std::conditional_t<out_bytes % 16 == 0, uint4, uint2>;
         for (int id = tid; id < BM * chunks_per_row; id += NT) {
             const int r = id / chunks_per_row, cc = (id % chunks_per_row) * 8;
             const int gr = row0 + r, gc = col0 + cc;
             if (gr >= m || gc >= n) continue;
             OutT* dst = c_batch + std::size_t(gr) * ldc + gc;
-            const float* v = sc + r * Tile::c_stride + cc;
+            const Acc* v = sc + r * Tile::c_stride + cc;
             const bool full = gc + 8 <= n;
             alignas(16) OutT out[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {  // columns past N are not stored, nor given to the epilogue
                 const bool inside = full || gc + e < n;
-                const float prior = epilogue.reads_prior() && inside ? to_float(dst[e]) : 0.f;
-                out[e] = inside ? from_float<OutT>(epilogue(v[e], prior, batch, gr, gc + e)) : OutT{};
+                const EpAcc prior = epilogue.reads_prior() && inside ? Epilogue::to_acc(dst[e]) : EpAcc(0);
+                out[e] = inside ? Epilogue::to_out(epilogue(EpAcc(v[e]), prior, batch, gr, gc + e)) : OutT{};
             }
-            if (full && (reinterpret_cast<std::uintptr_t>(dst) % 16) == 0) {
-                constexpr int vecs = int(sizeof(OutT) * 8 / 16);
+            if (full && (reinterpret_cast<std::uintptr_t>(dst) % sizeof(Vec)) == 0) {
 #pragma unroll
-                for (int q = 0; q < vecs; ++q) reinterpret_cast<uint4*>(dst)[q] = reinterpret_cast<const uint4*>(out)[q];
+                for (int q = 0; q < out_bytes / int(sizeof(Vec)); ++q) reinterpret_cast<Vec*>(dst)[q] = reinterpret_cast<const Vec*>(out)[q];
             } else {
                 for (int e = 0; e < 8 && gc + e < n; ++e) dst[e] = out[e];
             }

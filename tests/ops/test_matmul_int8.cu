@@ -1,0 +1,177 @@
+// tessel::matmul's tensor-core dtypes beyond 16-bit, on both policies: int8 products (exact int32;
+// requantised to int8 and dequantised to fp32/bf16 through the epilogue's scales and bias) and fp32
+// on TF32 tensor cores (allow_tf32), against a double-precision host product, on sizes that are not
+// multiples of a tile, with transposed and broadcast operands and poisoned outputs; then the int8
+// input each path must refuse.
+#include <tessel/ops/matmul.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
+#include "matmul_support.hpp"
+
+using tessel::MatmulOptions;
+using tessel::MatmulPolicy;
+using tessel::Shape;
+using tessel::Tensor;
+using namespace tessel::testing::matmul;
+
+namespace {
+
+// a @ b of int8 views (made by fa, fb from fresh base operands over int8's range) into a new int32
+// tensor on policy p: int32 sums of int8 products are exact, so the result equals the reference.
+template <class FA, class FB>
+void check_int8_views(MatmulPolicy p, const Shape& base_a, FA fa, const Shape& base_b, FB fb, std::uint64_t seed, const std::string& what) {
+    const auto A = make<std::int8_t>(base_a, seed, true, 127), B = make<std::int8_t>(base_b, seed + 1, true, 127);
+    const Tensor<std::int8_t> a = fa(A.base), b = fb(B.base);
+    const std::string label = std::string("int8 ") + tessel::policy_name(p) + " " + what + ": " + a.shape().to_string() + " @ " +
+                              b.shape().to_string();
+    INFO(label);
+    const Reference ref = reference_matmul(logical(a, A.base, A.host), a.shape(), logical(b, B.base, B.host), b.shape());
+    tessel::testing::poison_next<int>(ref.shape);
+    const Tensor<int> c = tessel::matmul(a, b, MatmulOptions{.policy = p});
+    REQUIRE(c.shape() == ref.shape);
+    const auto got = c.contiguous().to_vector();
+    tessel::testing::check_close(got, ref.value, std::vector<double>(got.size(), 0.0), label);
+    CHECK(tessel::last_matmul_choice().path == p);
+}
+
+const auto id = [](const Tensor<std::int8_t>& t) { return t; };
+const auto tr = [](const Tensor<std::int8_t>& t) { return t.transpose(-1, -2); };
+
+}  // namespace
+
+TEST_CASE("int8 matmul is the exact int32 product on both policies", "[ops][matmul][int8]") {
+    if (tessel::device_count() == 0) return;
+    struct Mnk {
+        std::int64_t m, n, k;
+    };
+    const Mnk shapes[] = {{1, 1, 1}, {2, 7, 16}, {7, 2, 33}, {33, 127, 7}, {127, 33, 200}, {200, 200, 127}, {16, 200, 2}, {127, 1, 33}};
+    std::uint64_t seed = 7000;
+    for (MatmulPolicy p : policies) {
+        for (const Mnk& s : shapes) {
+            // b by columns (a weight [N, K] transposed) is what both paths take as it lies.
+            check_int8_views(p, {s.m, s.k}, id, {s.n, s.k}, tr, seed += 2, "b by columns");
+            CHECK(tessel::last_matmul_choice().copied_operands == (s.k % 16 == 0 ? 0 : 2));  // rows of whole 16-byte chunks
+        }
+        check_int8_views(p, {45, 31}, id, {31, 29}, id, seed += 2, "b by rows (packed by columns)");
+        check_int8_views(p, {31, 45}, tr, {29, 31}, tr, seed += 2, "a transposed (packed by rows)");
+        check_int8_views(p, {3, 17, 64}, id, {21, 64}, tr, seed += 2, "b broadcast over a batch");
+        check_int8_views(p, {2, 1, 17, 48}, id, {3, 48, 21}, id, seed += 2, "both broadcast");
+        check_int8_views(p, {64}, id, {64, 7}, id, seed += 2, "vector @ matrix");
+        check_int8_views(p, {5, 0}, id, {0, 3}, id, seed += 2, "K = 0");
+        const auto expected = p == MatmulPolicy::handwritten ? "mma_matmul<int8" : "cublasGemmStridedBatchedEx";
+        CHECK_THAT(std::string(tessel::last_matmul_choice().implementation), Catch::Contains(expected));
+    }
+}
+
+namespace {
+
+// out = round(relu(alpha * row_scale[i] * col_scale[j] * (a @ w^T) + bias[j])) into Out: the scales are
+// powers of two and the bias multiples of 2^-4, so every step is exact in fp32 (|acc| < 2^20 in practice, 2^-12
+// granularity) and the only rounding is the final one to Out (int8: nearest even, saturated).
+template <class Out>
+void check_requantised(MatmulPolicy p, std::uint64_t seed) {
+    const std::int64_t batch = 2, m = 37, n = 45, k = 150;
+    const auto A = make<std::int8_t>({batch, m, k}, seed, true, 127), W = make<std::int8_t>({n, k}, seed + 1, true, 127);
+    std::mt19937_64 rng(seed + 2);
+    std::vector<float> rs(static_cast<std::size_t>(m)), cs(static_cast<std::size_t>(n)), bias(static_cast<std::size_t>(n));
+    for (auto& x : rs) x = std::ldexp(1.f, -int(rng() % 2));
+    for (auto& x : cs) x = std::ldexp(1.f, -2 - int(rng() % 2));
+    for (auto& x : bias) x = float(int(rng() % 257) - 128) / 16;
+    const auto dev = []<class U = float>(const std::vector<float>& v) {
+        std::vector<U> u(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) u[i] = tessel::testing::from_double<U>(v[i]);  // exact: multiples of 2^-4 below 8
+        return tessel::from_host<U>(std::span<const U>(u), Shape{std::int64_t(v.size())});
+    };
+    const double alpha = 0x1p-8;
+    const Reference ref = reference_matmul(A.host, A.base.shape(), logical(W.base.transpose(0, 1), W.base, W.host), Shape{k, n});
+    const Tensor<Out> out = tessel::empty<Out>({batch, m, n});
+    // 0xFF: NaN for fp32 and bf16, -1 for int8, which relu never leaves: an unwritten element fails.
+    tessel::rt::memset_async(out.data(), 0xFF, std::size_t(out.numel()) * sizeof(Out), tessel::current_stream().handle());
+    tessel::MatmulEpilogue<Out> e{.bias = dev.template operator()<typename tessel::MatmulEpilogue<Out>::Operand>(bias), .activation = tessel::Activation::relu, .row_scale = dev(rs), .col_scale = dev(cs)};
+    tessel::matmul(A.base, W.base.transpose(0, 1), out, MatmulOptions{.alpha = alpha, .policy = p}, e);
+    const auto got = out.to_vector();
+    std::vector<double> want(got.size());
+    std::size_t saturated = 0;
+    for (std::int64_t z = 0; z < batch; ++z)
+        for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) {
+                const std::size_t o = std::size_t((z * m + i) * n + j);
+                const double v = std::max(0.0, alpha * rs[std::size_t(i)] * cs[std::size_t(j)] * ref.value[o] + bias[std::size_t(j)]);
+                if constexpr (std::is_same_v<Out, std::int8_t>) {
+                    want[o] = std::min(127.0, std::nearbyint(v));
+                    saturated += v > 127.5;
+                } else {
+                    want[o] = tessel::testing::to_double(tessel::testing::from_double<Out>(v));
+                }
+            }
+    INFO(name<Out>() << " " << tessel::policy_name(p) << ": " << tessel::last_matmul_choice().implementation);
+    tessel::testing::check_close(got, want, std::vector<double>(got.size(), 0.0), "requantised int8 product");
+    if constexpr (std::is_same_v<Out, std::int8_t>) CHECK(saturated > 0);  // the clamp was exercised
+}
+
+}  // namespace
+
+TEST_CASE("int8 matmul requantises to int8 and dequantises to fp32 and bf16 with scales, bias and relu fused", "[ops][matmul][int8]") {
+    if (tessel::device_count() == 0) return;
+    std::uint64_t seed = 8000;
+    for (MatmulPolicy p : policies) {
+        check_requantised<std::int8_t>(p, seed += 3);
+        check_requantised<float>(p, seed += 3);
+        check_requantised<__nv_bfloat16>(p, seed += 3);
+        if (p == MatmulPolicy::library)
+            CHECK_THAT(std::string(tessel::last_matmul_choice().implementation), Catch::Contains("int32 product) + gemm_epilogue_apply"));
+    }
+}
+
+TEST_CASE("fp32 matmul with allow_tf32 runs on TF32 tensor cores within tf32's error bound", "[ops][matmul][tf32]") {
+    if (tessel::device_count() == 0) return;
+    const std::int64_t m = 133, n = 201, k = 260;  // K: whole 16-byte rows, so only a B by rows is copied
+    const auto A = make<float>({m, k}, 9000, false), B = make<float>({k, n}, 9001, false), W = make<float>({n, k}, 9002, false);
+    for (MatmulPolicy p : policies) {
+        for (bool weight : {false, true}) {
+            const Tensor<float> b = weight ? W.base.transpose(0, 1) : B.base;
+            const Reference ref = weight ? reference_matmul(A.host, A.base.shape(), logical(b, W.base, W.host), b.shape())
+                                         : reference_matmul(A.host, A.base.shape(), B.host, B.base.shape());
+            tessel::testing::poison_next<float>(ref.shape);
+            const Tensor<float> c = tessel::matmul(A.base, b, MatmulOptions{.policy = p, .allow_tf32 = true});
+            const auto choice = tessel::last_matmul_choice();
+            INFO(tessel::policy_name(p) << (weight ? " b by columns: " : " b by rows: ") << choice.implementation);
+            if (p == MatmulPolicy::handwritten) {
+                CHECK_THAT(std::string(choice.implementation), Catch::Contains("mma_matmul<tf32"));
+                CHECK(choice.copied_operands == (weight ? 0 : 1));  // the kernel takes B by columns
+            }
+            // Each input rounded to tf32 (relative error 2^-11), so each product is off by at most
+            // 2^-10 relatively; fp32 accumulation adds (K + 2) 2^-24; the output rounds once more.
+            std::vector<double> tol(ref.value.size());
+            for (std::size_t i = 0; i < tol.size(); ++i)
+                tol[i] = (2 * 0x1p-11 + (k + 2) * 0x1p-24) * ref.magnitude[i] + 0x1p-24 * std::fabs(ref.value[i]);
+            tessel::testing::check_close(c.to_vector(), ref.value, tol, "tf32 product");
+        }
+    }
+}
+
+TEST_CASE("int8 matmul refuses what an exact or a requantised product cannot take", "[ops][matmul][int8]") {
+    if (tessel::device_count() == 0) return;
+    const auto a = make<std::int8_t>({3, 32}, 1, true, 127).base, w = make<std::int8_t>({4, 32}, 2, true, 127).base;
+    const Tensor<float> four = tessel::zeros<float>({4});
+    CHECK_THAT(message([&] {
+                   tessel::matmul(a, w.transpose(0, 1), tessel::empty<int>({3, 4}), MatmulOptions{}, tessel::MatmulEpilogue<int>{.col_scale = four});
+               }),
+               Catch::Contains("int32 output is the exact int8 product"));
+    CHECK_THAT(message([&] { tessel::matmul(a, w.transpose(0, 1), tessel::empty<int>({3, 4}), MatmulOptions{.alpha = 0.5}); }),
+               Catch::Contains("integer alpha and beta") && Catch::Contains("alpha = 0.5"));
+    CHECK_THAT(message([&] {
+                   tessel::matmul(a, w.transpose(0, 1), tessel::empty<std::int8_t>({3, 4}), MatmulOptions{},
+                                  tessel::MatmulEpilogue<std::int8_t>{.row_scale = four});
+               }),
+               Catch::Contains("row scale must be a contiguous 1-d fp32 tensor of 3 elements"));
+    CHECK_THAT(message([&] {
+                   tessel::matmul(a, w.transpose(0, 1), tessel::empty<float>({3, 4}), MatmulOptions{},
+                                  tessel::MatmulEpilogue<float>{.col_scale = four.to_host()});
+               }),
+               Catch::Contains("column scale must be in device memory"));
+}
