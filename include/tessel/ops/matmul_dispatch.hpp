@@ -1,8 +1,10 @@
 // How tessel::matmul runs a product once its shapes are checked (ops/matmul.hpp): the policy's
 // path, the operand layouts each path takes as they lie (else one copy), the batch dims merged into
 // one stride (the rest walked on the host), and the launch: a hand-written kernel with the epilogue
-// fused into its store, or cublasGemmStridedBatchedEx (row-major C = A B as column-major
-// C^T = B^T A^T) followed by gemm_epilogue_apply when there is a bias, activation or residual.
+// fused into its store, or the library: one cublasLtMatmul for what cuBLASLt takes (16-bit, int8,
+// TF32, and the epilogues it fuses: bias, relu, tanh GELU), else cublasGemmStridedBatchedEx
+// (row-major C = A B as column-major C^T = B^T A^T) followed by gemm_epilogue_apply when there is an
+// epilogue.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <tessel/kernels/simt_matmul.cuh>
 
 #include "../lib/cublas.hpp"
+#include "../lib/cublaslt.hpp"
 #include "../runtime/launch.hpp"
 #include "../stream/stream.hpp"
 #include "assign.hpp"  // device_attribute, allow_dynamic_smem, max_blocks
@@ -144,22 +147,40 @@ using accumulator_t = std::conditional_t<std::is_same_v<product_t<T>, int> && !s
 template <class T, class Out>
 using epilogue_t = kernels::GemmEpilogue<accumulator_t<T, Out>, Out, std::is_same_v<T, std::int8_t> && !std::is_same_v<Out, int>>;
 
+// A row-major product C = A B as the column-major product BLAS computes: row-major C is
+// column-major C^T = B^T A^T, so B goes first; a column-layout C takes A first. A row-layout operand
+// read column-major is its transpose, which is what C^T = B^T A^T wants; with C in column layout
+// the roles swap.
+struct BlasProblem {
+    bool c_row;
+    const MatrixArg* first;
+    const MatrixArg* second;
+    cublasOperation_t op_first, op_second;
+    int m, n, k, ld_first, ld_second, ldc;
+};
+inline BlasProblem blas_problem(const MatrixArg& a, const MatrixArg& b, const MatrixArg& c) {
+    const MatrixLayout la = layout_of(a), lb = layout_of(b), lc = layout_of(c);
+    BlasProblem p;
+    p.c_row = lc == MatrixLayout::row;
+    p.first = p.c_row ? &b : &a;
+    p.second = p.c_row ? &a : &b;
+    const MatrixLayout lf = p.c_row ? lb : la, ls = p.c_row ? la : lb;
+    p.op_first = (lf == MatrixLayout::row) == p.c_row ? CUBLAS_OP_N : CUBLAS_OP_T;
+    p.op_second = (ls == MatrixLayout::row) == p.c_row ? CUBLAS_OP_N : CUBLAS_OP_T;
+    p.m = checked_int(p.c_row ? c.cols : c.rows, "N");
+    p.n = checked_int(p.c_row ? c.rows : c.cols, "M");
+    p.k = checked_int(a.cols, "K");
+    p.ld_first = checked_int(leading_dim(*p.first, lf), "leading dimension");
+    p.ld_second = checked_int(leading_dim(*p.second, ls), "leading dimension");
+    p.ldc = checked_int(leading_dim(c, lc), "leading dimension");
+    return p;
+}
+
 // One cublasGemmStridedBatchedEx for `batches` products C = alpha A B + beta C, row-major meaning.
-// Row-major C is column-major C^T = B^T A^T, so B goes first; a column-layout C takes A first.
 template <class T, class Out>
 void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c, std::int64_t batches,
                   const MatmulOptions& o, std::source_location site) {
-    const MatrixLayout la = layout_of(a), lb = layout_of(b), lc = layout_of(c);
-    const bool c_row = lc == MatrixLayout::row;
-    const MatrixArg& first = c_row ? b : a;
-    const MatrixArg& second = c_row ? a : b;
-    const MatrixLayout lf = c_row ? lb : la, ls = c_row ? la : lb;
-    // A row-layout matrix read column-major is its transpose, which is what C^T = B^T A^T wants;
-    // with C in column layout the roles swap.
-    const cublasOperation_t op_first = (lf == MatrixLayout::row) == c_row ? CUBLAS_OP_N : CUBLAS_OP_T;
-    const cublasOperation_t op_second = (ls == MatrixLayout::row) == c_row ? CUBLAS_OP_N : CUBLAS_OP_T;
-    const int m = checked_int(c_row ? c.cols : c.rows, "N"), n = checked_int(c_row ? c.rows : c.cols, "M");
-    const int k = checked_int(a.cols, "K");
+    const BlasProblem p = blas_problem(a, b, c);
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     if constexpr (std::is_same_v<T, double>) compute = CUBLAS_COMPUTE_64F;
     if constexpr (std::is_same_v<T, std::int8_t>) compute = CUBLAS_COMPUTE_32I;  // alpha and beta are int32 (integers, checked)
@@ -173,12 +194,70 @@ void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const 
                        : compute == CUBLAS_COMPUTE_32I ? static_cast<const void*>(&beta_i) : &beta32;
     cublasHandle_t h = cublas::handle(device, stream);
     cublas::check(cublas::api::cublasGemmStridedBatchedEx(
-                      h, op_first, op_second, m, n, k, alpha, first.data, blas_type<T>(),
-                      checked_int(leading_dim(first, lf), "leading dimension"), first.batch_stride, second.data, blas_type<T>(),
-                      checked_int(leading_dim(second, ls), "leading dimension"), second.batch_stride, beta, const_cast<void*>(c.data),
-                      blas_type<Out>(), checked_int(leading_dim(c, lc), "leading dimension"), c.batch_stride,
-                      checked_int(batches, "batch count"), compute, CUBLAS_GEMM_DEFAULT),
+                      h, p.op_first, p.op_second, p.m, p.n, p.k, alpha, p.first->data, blas_type<T>(), p.ld_first, p.first->batch_stride,
+                      p.second->data, blas_type<T>(), p.ld_second, p.second->batch_stride, beta, const_cast<void*>(c.data),
+                      blas_type<Out>(), p.ldc, c.batch_stride, checked_int(batches, "batch count"), compute, CUBLAS_GEMM_DEFAULT),
                   "cublasGemmStridedBatchedEx", site);
+}
+
+// Which inputs the library path gives cuBLASLt: 16-bit, int8 (into int32), fp32 on TF32, and exact
+// fp32 when cuBLASLt can fuse its epilogue; fp64 and plain fp32 stay with cuBLAS.
+template <class T, class Out>
+bool lt_takes(const MatmulOptions& o, bool fuses) {
+    if constexpr (std::is_same_v<T, double>) return false;
+    else if constexpr (std::is_same_v<T, std::int8_t>) return std::is_same_v<Out, int> && !fuses;
+    else if constexpr (std::is_same_v<T, float>) return o.allow_tf32 || fuses;
+    else return true;
+}
+
+// cuBLASLt's epilogue for e on a product whose C has row layout or not, or nothing when it cannot
+// fuse e: no residual, no scales, relu or the tanh GELU (cuBLASLt's GELU is the tanh form), a bias
+// along D's rows (C's columns for a row-layout C: torch's linear).
+template <class Out>
+std::optional<cublasLtEpilogue_t> lt_epilogue(const MatmulEpilogue<Out>& e, bool c_row) {
+    if (e.residual || e.row_scale || e.col_scale) return std::nullopt;
+    if (e.bias && e.bias_per_row == c_row) return std::nullopt;
+    switch (e.activation) {
+        case Activation::none: return e.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+        case Activation::relu: return e.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+        case Activation::gelu_tanh: return e.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        default: return std::nullopt;
+    }
+}
+inline const char* lt_epilogue_name(cublasLtEpilogue_t e) {
+    switch (e) {
+        case CUBLASLT_EPILOGUE_BIAS: return "cublasLtMatmul (BIAS)";
+        case CUBLASLT_EPILOGUE_RELU: return "cublasLtMatmul (RELU)";
+        case CUBLASLT_EPILOGUE_RELU_BIAS: return "cublasLtMatmul (RELU_BIAS)";
+        case CUBLASLT_EPILOGUE_GELU: return "cublasLtMatmul (GELU)";
+        case CUBLASLT_EPILOGUE_GELU_BIAS: return "cublasLtMatmul (GELU_BIAS)";
+        default: return "cublasLtMatmul";
+    }
+}
+
+// The product (and epilogue) as one cublasLtMatmul, the heuristic given the pointers' alignments;
+// false, with nothing queued, when cuBLASLt has no algorithm for it (or K = 0, which cuBLASLt does
+// not define) so the caller takes cuBLAS.
+template <class T, class Out>
+bool lt_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c, std::int64_t batches,
+             const MatmulOptions& o, cublasLtEpilogue_t epilogue, const void* bias, std::source_location site) {
+    if (a.cols == 0) return false;
+    const BlasProblem p = blas_problem(a, b, c);
+    cublaslt::LtGemm g;
+    g.transa = p.op_first;
+    g.transb = p.op_second;
+    g.m = p.m, g.n = p.n, g.k = p.k;
+    g.a = {p.first->data, blas_type<T>(), p.ld_first, p.first->batch_stride};
+    g.b = {p.second->data, blas_type<T>(), p.ld_second, p.second->batch_stride};
+    g.d = {const_cast<void*>(c.data), blas_type<Out>(), p.ldc, c.batch_stride};
+    g.batch = checked_int(batches, "batch count");
+    if constexpr (std::is_same_v<T, std::int8_t>) g.compute = CUBLAS_COMPUTE_32I, g.scale_type = CUDA_R_32I;
+    else if (std::is_same_v<T, float> && o.allow_tf32) g.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    g.alpha = o.alpha;
+    g.beta = o.beta;
+    g.epilogue = epilogue;
+    g.bias = bias;
+    return cublaslt::matmul(device, stream, g, site);
 }
 
 // The hand-written kernels, one launch for the batch: mma_matmul (bf16/fp16 in, the input type or
@@ -421,6 +500,13 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
             if (hand) {
                 choice.implementation = handwritten_gemm<T, Out>(device, stream, ma, mb, mcc, inner, epi, mma, site);
                 continue;
+            }
+            if (lt_takes<T, Out>(o, e.fuses_anything())) {
+                if (const auto fused = lt_epilogue(e, layout_of(mcc) == MatrixLayout::row);
+                    fused && lt_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, *fused, epi.bias, site)) {
+                    choice.implementation = lt_epilogue_name(*fused);
+                    continue;
+                }
             }
             choice.implementation = "cublasGemmStridedBatchedEx";
             // cuBLAS writes int8 products only as int32: anything else is an epilogue.

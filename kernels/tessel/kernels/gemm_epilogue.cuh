@@ -5,6 +5,7 @@
 // library GEMM whose library cannot fuse it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -69,11 +70,18 @@ struct GemmEpilogue {
     }
     // Rounded once; an int8 output rounds to nearest even and saturates (NaN gives 0), as
     // cvt.rni.sat.s8.f32 and cuBLASLt's int8 output do.
+    __host__ __device__ static int round_even(float x) {
+#if defined(__CUDA_ARCH__)
+        return __float2int_rn(x);
+#else
+        return int(std::nearbyint(x));  // the host's default rounding mode: nearest, ties to even
+#endif
+    }
     __host__ __device__ static Out to_out(Acc x) {
         if constexpr (std::is_same_v<Out, __nv_bfloat16>) return __float2bfloat16(float(x));
         else if constexpr (std::is_same_v<Out, __half>) return __float2half(float(x));
         else if constexpr (std::is_same_v<Out, std::int8_t> && !std::is_integral_v<Acc>)
-            return x != x ? std::int8_t(0) : std::int8_t(__float2int_rn(float(x < Acc(-128) ? Acc(-128) : x > Acc(127) ? Acc(127) : x)));
+            return x != x ? std::int8_t(0) : std::int8_t(round_even(float(x < Acc(-128) ? Acc(-128) : x > Acc(127) ? Acc(127) : x)));
         else return Out(x);
     }
 };
