@@ -63,6 +63,17 @@ constexpr std::int64_t large(std::int64_t n) {
 #endif
 }
 
+// The step through a sweep of shapes: every shape, or under ThreadSanitizer every third, starting
+// with the first. A barrier or a shared-memory race shows at any shape that runs the kernel's main
+// loop; the sweep's tail coverage (each dimension below, at and past a tile) runs in the other presets.
+constexpr std::size_t sweep_step() {
+#if defined(TESSEL_TEST_UNDER_TSAN)
+    return 3;
+#else
+    return 1;
+#endif
+}
+
 // Kernels launched so far in this process: the sim counts them; on CUDA this is 0 and tests check
 // launch counts only on the sim.
 inline std::uint64_t launch_count() {
