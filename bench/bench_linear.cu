@@ -2,11 +2,10 @@
 // and epilogues count:
 //  - BM_linear_bias_gelu: gelu(x @ W^T + b) in bf16, fused into mma_matmul's store (tessel) against
 //    cuBLAS's GEMM followed by a separate bias + GELU kernel (cublas);
-//  - BM_matmul_llm: the LLM shapes of issue 12 (M x N x K: 4096 x 4096 x 14336, 8192 x 1024 x 8192,
-//    16 x 4096 x 4096 decode) in bf16, hand-written (tessel) against library (cublas);
 //  - BM_matmul_host_overhead: the host time of one matmul call (shape checks, dispatch, launch),
 //    per call, without the device work.
-// On the sim every problem is cut (by 16 per dim, or to 256) as a smoke test whose times are CPU times.
+// (The LLM shapes, per dtype, are bench_matmul.cu's BM_matmul_llm.) On the sim the product is cut to
+// 256 as a smoke test whose times are CPU times.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -69,22 +68,6 @@ void BM_linear_bias_gelu(benchmark::State& state, Impl impl) {
                    ", bf16 " + std::to_string(n) + "^3");
 }
 
-struct Mnk {
-    std::int64_t m, n, k;
-};
-
-void BM_matmul_llm(benchmark::State& state, Impl impl, Mnk p) {
-    const auto a = tessel::bench::random_tensor<Bf16>({p.m, p.k}, 4), b = tessel::bench::random_tensor<Bf16>({p.k, p.n}, 5);
-    Tensor<Bf16> c = tessel::empty<Bf16>({p.m, p.n});
-    tessel::Stream s = tessel::current_stream();
-    const auto policy = impl == Impl::tessel ? tessel::MatmulPolicy::handwritten : tessel::MatmulPolicy::library;
-    tessel::bench::time_region(state, s, [&] { tessel::matmul(a, b, c, tessel::MatmulOptions{.policy = policy, .stream = s.handle()}); });
-    tessel::bench::report_flops(state, 2.0 * double(p.m) * double(p.n) * double(p.k), tessel::bench::ceilings().bf16_tflops);
-    tessel::bench::report_error(state, tessel::bench::sampled_matmul_error(a, b, c, 16), 0x1p-8 + double(p.k) * 0x1p-24);
-    state.SetLabel(std::string(tessel::last_matmul_choice().implementation) + ", bf16 " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                   std::to_string(p.k));
-}
-
 // Host time per call of tessel::matmul on a 64 x 64 x 64 fp32 product (the device work is not
 // waited for inside the timed calls): validation, dispatch, handle and workspace lookup, launch.
 void BM_matmul_host_overhead(benchmark::State& state, tessel::MatmulPolicy policy) {
@@ -110,15 +93,6 @@ const bool registered = [] {
         benchmark::RegisterBenchmark(impl == Impl::tessel ? "BM_linear_bias_gelu/tessel/bf16" : "BM_linear_bias_gelu/cublas/bf16",
                                      BM_linear_bias_gelu, impl)
             ->UseManualTime();
-    const std::int64_t cut = sim() ? 16 : 1;
-    for (Mnk p : {Mnk{4096, 4096, 14336}, Mnk{8192, 1024, 8192}, Mnk{16, 4096, 4096}}) {
-        const Mnk q{std::max<std::int64_t>(p.m / cut, 16), p.n / cut, p.k / cut};
-        const std::string shape = std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k);
-        for (Impl impl : {Impl::tessel, Impl::cublas})
-            benchmark::RegisterBenchmark(("BM_matmul_llm/" + std::string(impl == Impl::tessel ? "tessel" : "cublas") + "/bf16/" + shape).c_str(),
-                                         BM_matmul_llm, impl, q)
-                ->UseManualTime();
-    }
     for (auto policy : {tessel::MatmulPolicy::handwritten, tessel::MatmulPolicy::library})
         benchmark::RegisterBenchmark((std::string("BM_matmul_host_overhead/") + tessel::policy_name(policy)).c_str(), BM_matmul_host_overhead,
                                      policy)

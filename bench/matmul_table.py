@@ -5,7 +5,7 @@ that a run measured both ways, which path was faster and the hand-written kernel
 percentage of the library's.
 
 Pairs (tessel = hand-written, cublas = library), by benchmark name:
-  BM_matmul/<impl>/<bf16|f32>/<n>                  square n x n x n, no epilogue
+  BM_matmul/<impl>/<f32|tf32|bf16|int8>/<n>        square n x n x n, no epilogue
   BM_matmul_llm/<impl>/bf16/<M>x<N>x<K>            no epilogue
   BM_linear_bias_gelu/<impl>/bf16                  4096^3 with a fused epilogue
 Several problems in one class are combined by the geometric mean of their time ratios. The library
@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-DTYPES = {"bf16": "bf16", "f32": "fp32", "f16": "fp16", "f64": "fp64"}
+DTYPES = {"bf16": "bf16", "f32": "fp32", "f16": "fp16", "f64": "fp64", "tf32": "tf32", "int8": "int8"}
 
 
 def shape_class(m, n):

@@ -8,7 +8,8 @@ family (the part of the name before '/' with the BM_ prefix dropped) with time, 
 percentage of the run's ceiling, the percentage of the vendor library's speed and the relative error
 against the reference. Charts: achieved GB/s of every bandwidth-reporting benchmark against the
 measured ceilings, a roofline, GFLOP/s of the compute benchmarks, and bars of tessel's speed as a
-percentage of cuBLAS / cuDNN / CUB / Thrust for every benchmark measured both ways.
+percentage of cuBLAS / cuDNN / CUB / Thrust for every benchmark measured both ways. A benchmark with a
+CPU row of the same problem (`BM_matmul/openblas/f32/1024`) gets its speed-up over the CPU in the note.
 
 Vendor pairs are found by name: a benchmark whose second name component is an implementation
 (`BM_sum/tessel/268435456` and `BM_sum/cub/268435456`) is compared with the rows that differ only in
@@ -53,7 +54,8 @@ def family(name):
 
 VENDORS = ("cublas", "cublaslt", "cudnn", "cub", "thrust")
 TORCH = ("torch", "torch_compile")  # bench/torch_compare.py's runs (context backend "torch")
-IMPLS = ("tessel",) + VENDORS + TORCH
+CPU = ("openblas",)  # the same problem on the host's cores (BM_matmul/openblas/...)
+IMPLS = ("tessel",) + VENDORS + TORCH + CPU
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
 
 
@@ -80,6 +82,25 @@ def vendor_ratios(rows):
             if ours and theirs and ours.get("real_time") and theirs.get("real_time"):
                 out[name_of(ours)] = (vendor, 100.0 * seconds(theirs) / seconds(ours))
                 break
+    return out
+
+
+def cpu_speedups(rows):
+    """{GPU benchmark name: "152x openblas (CPU)"}: the CPU row's time over the GPU row's, for every
+    implementation measured beside a CPU row of the same problem."""
+    by_key = {}
+    for b in rows:
+        impl, key = impl_key(name_of(b))
+        if impl:
+            by_key.setdefault(key, {})[impl] = b
+    out = {}
+    for impls in by_key.values():
+        cpu = next(((c, impls[c]) for c in CPU if c in impls and impls[c].get("real_time")), None)
+        if not cpu:
+            continue
+        for impl, b in impls.items():
+            if impl not in CPU and b.get("real_time"):
+                out[name_of(b)] = f"{seconds(cpu[1]) / seconds(b):.3g}x {cpu[0]} (CPU)"
     return out
 
 
@@ -152,6 +173,7 @@ def write_markdown(runs, out, images):
                   f"- clocks at start: {ctx.get('clocks_at_start', 'unknown (no NVML)')}",
                   ""]
         ratios = vendor_ratios(rows)
+        speedups = cpu_speedups(rows)
         versus_torch = torch_ratios(rows, runs, ctx) if ctx.get("backend") != "torch" else {}
         by_family = {}
         for b in rows:
@@ -164,7 +186,7 @@ def write_markdown(runs, out, images):
                 vs = f"{vendor[1]:.3g} ({vendor[0]})" if vendor else ""
                 lines.append(f"| `{name_of(b)}` | {fmt_time(b)} | {fmt(gbs(b))} | {fmt(b.get('GFLOP/s'))} | "
                              f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {versus_torch.get(name_of(b), '')} | {fmt(b.get('rel_error'), 2)} | "
-                             f"{b.get('label', '')} |")
+                             f"{'; '.join(x for x in (speedups.get(name_of(b)), b.get('label')) if x)} |")
             lines.append("")
         for img in images.get(path, []):
             lines += [f"![{img}]({os.path.relpath(img, os.path.dirname(out) or '.')})", ""]

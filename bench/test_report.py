@@ -25,7 +25,10 @@ def main():
         # tessel takes 125 us where CUB takes 100 us: 80% of CUB's speed.
         run_json(new, "NVIDIA H200", "2026-12-02", [("BM_sum/tessel/268435456", 125.0, 3000.0),
                                                     ("BM_sum/cub/268435456", 100.0, 3750.0),
-                                                    ("BM_copy/1024", 10.0, 100.0)])
+                                                    ("BM_copy/1024", 10.0, 100.0),
+                                                    ("BM_matmul/tessel/f32/1024", 10.0, None),
+                                                    ("BM_matmul/cublas/f32/1024", 8.0, None),
+                                                    ("BM_matmul/openblas/f32/1024", 1000.0, None)])
         run_json(old, "NVIDIA H200", "2026-12-01", [("BM_copy/1024", 11.0, 90.0)])
         # PyTorch's eager sum takes 150 us and torch.compile 100 us, tessel 125 us: 120% and 80%;
         # a softmax without an implementation component in tessel's name pairs too (50 us vs 100 us).
@@ -52,6 +55,8 @@ def main():
             "80% of cub in the sum row": "| 80 (cub) | 120 (eager), 80 (compile) |" in text,
             "softmax pairs with torch by name": "| `BM_softmax/1024` | 50 us |  |  |  |  | 200 (eager) |" in text,
             "another device's softmax has no torch figure": "| `BM_softmax/1024` | 80 us | 1000 |  |  |  |  |" in text,
+            "speed-up over the CPU beside tessel's row": "| 80 (cublas) |  |  | 100x openblas (CPU) |" in text,
+            "and beside the vendor's": "| `BM_matmul/cublas/f32/1024` | 8 us |  |  |  |  |  |  | 125x openblas (CPU) |" in text,
             "newer run current": "2026-12-02-h200.json (current)" in text,
             "older run superseded": "2026-12-01-h200.json (superseded" in text,
             "vs-vendor chart": os.path.getsize(os.path.join(d, "img", "2026-12-02-h200-vs-vendor.png")) > 1000,

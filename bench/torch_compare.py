@@ -100,6 +100,35 @@ def problems():
         out.append((f"BM_matmul/{{impl}}/{tag}/{mm}/manual_time", 3.0 * size * mm * mm,
                     lambda dt=dt, mm=mm: (randn(mm, mm, dtype=dt), randn(mm, mm, dtype=dt)),
                     lambda a, b: torch.matmul(a, b), lambda a, b: a.double() @ b.double()))
+    mm = 4096
+
+    def tf32_matmul(a, b):
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return torch.matmul(a, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+
+    def ints(*shape):
+        return torch.randint(-100, 100, shape, device=dev, dtype=torch.int8, generator=g)
+
+    # tf32, int8 (torch._int_mm, b a weight transposed as tessel-bench's) and fp8 e4m3 with unit
+    # per-tensor scales into bf16 (torch._scaled_mm, sm_89+), as tessel-bench's BM_matmul rows.
+    out.append((f"BM_matmul/{{impl}}/tf32/{mm}/manual_time", 12.0 * mm * mm, lambda: (randn(mm, mm), randn(mm, mm).t()),
+                tf32_matmul, lambda a, b: a.double() @ b.double()))
+    out.append((f"BM_matmul/{{impl}}/int8/{mm}/manual_time", 6.0 * mm * mm, lambda: (ints(mm, mm), ints(mm, mm).t()),
+                lambda a, b: torch._int_mm(a, b), lambda a, b: a.double() @ b.double()))
+    if torch.cuda.get_device_capability() >= (8, 9):
+        one = torch.ones((), device=dev)
+        out.append((f"BM_matmul/{{impl}}/e4m3/{mm}/manual_time", 4.0 * mm * mm,
+                    lambda: (randn(mm, mm).mul(4).to(torch.float8_e4m3fn), randn(mm, mm).mul(4).to(torch.float8_e4m3fn).t()),
+                    lambda a, b: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), lambda a, b: a.double() @ b.double()))
+    # The LLM shapes in bf16 (tessel-bench's BM_matmul_llm).
+    for m, n_, k in ((4096, 4096, 14336), (8192, 1024, 8192), (16, 4096, 4096)):
+        out.append((f"BM_matmul_llm/{{impl}}/bf16/{m}x{n_}x{k}/manual_time", 2.0 * (m * k + k * n_ + m * n_),
+                    lambda m=m, n_=n_, k=k: (randn(m, k, dtype=torch.bfloat16), randn(k, n_, dtype=torch.bfloat16)),
+                    lambda a, b: torch.matmul(a, b), lambda a, b: a.double() @ b.double()))
     # gelu(x @ W^T + b) in bf16, tessel-bench's BM_linear_bias_gelu (PyTorch: linear, then gelu).
     lin = 4096
     out.append(("BM_linear_bias_gelu/{impl}/bf16/manual_time", 2.0 * 3 * lin * lin,

@@ -23,18 +23,7 @@ using tessel::testing::DeviceArray;
 
 namespace {
 
-std::size_t bytes_of(cudaDataType t) {
-    switch (t) {
-        case CUDA_R_8I:
-        case CUDA_R_8F_E4M3:
-        case CUDA_R_8F_E5M2: return 1;
-        case CUDA_R_16F:
-        case CUDA_R_16BF: return 2;
-        case CUDA_R_32F:
-        case CUDA_R_32I: return 4;
-        default: return 8;
-    }
-}
+std::size_t bytes_of(cudaDataType t) { return tessel::data_type_bytes(t); }
 
 template <class T>
 void put(std::byte* p, T x) {
@@ -273,16 +262,7 @@ bool fp8_device() {
     return props.major * 10 + props.minor >= 89;
 }
 
-// The message of the InvalidArgument f throws ("(no error)" if none).
-template <class F>
-std::string message(F&& f) {
-    try {
-        f();
-    } catch (const tessel::InvalidArgument& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using tessel::testing::message;
 
 constexpr cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
 

@@ -122,19 +122,11 @@ std::string name() {
     else if constexpr (std::is_same_v<T, __half>) return "fp16";
     else if constexpr (std::is_same_v<T, std::int8_t>) return "int8";
     else if constexpr (std::is_same_v<T, int>) return "int32";
+    else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return "e4m3";
     else return "bf16";
 }
 
-// The message of the InvalidArgument f throws ("(no error)" if none).
-template <class F>
-std::string message(F&& f) {
-    try {
-        f();
-    } catch (const tessel::InvalidArgument& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using tessel::testing::message;
 
 inline constexpr MatmulPolicy policies[] = {MatmulPolicy::handwritten, MatmulPolicy::library};
 

@@ -2,7 +2,8 @@
 // requantised to int8 and dequantised to fp32/bf16 through the epilogue's scales and bias) and fp32
 // on TF32 tensor cores (allow_tf32), against a double-precision host product, on sizes that are not
 // multiples of a tile, with transposed and broadcast operands and poisoned outputs; then the int8
-// input each path must refuse.
+// input each path must refuse. fp8 e4m3 products on the library path (cuBLASLt; the sim's stand-in
+// on the sim), with per-tensor scales and every epilogue, and what cuBLASLt cannot run.
 #include <tessel/ops/matmul.hpp>
 
 #include <algorithm>
@@ -185,4 +186,118 @@ TEST_CASE("int8 matmul refuses what an exact or a requantised product cannot tak
                                   tessel::MatmulEpilogue<float>{.col_scale = four.to_host()});
                }),
                Catch::Contains("column scale must be in device memory"));
+}
+
+namespace {
+
+using F8 = __nv_fp8_e4m3;
+
+// One-element device tensor.
+Tensor<float> scalar(float v) { return tessel::from_host<float>(std::span<const float>(&v, 1), Shape{1}); }
+// v (exact in U) as a device tensor of shape s.
+template <class U>
+Tensor<U> device_values(const std::vector<float>& v, const Shape& s) {
+    std::vector<U> u(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) u[i] = tessel::testing::from_double<U>(v[i]);
+    return tessel::from_host<U>(std::span<const U>(u), s);
+}
+
+// An fp8 e4m3 product through cuBLASLt (the library path; automatic takes it): values are integers
+// in [-8, 8], which e4m3 holds exactly, and every scale a power of two, so fp32 accumulation is
+// exact and the output is the exact value rounded once to Out. a = fa(A), b = fb(B) for fresh base
+// operands; out = act(alpha a_scale b_scale row_scale[i] col_scale[j] (a @ b) + bias[j]) + residual.
+struct Fp8Case {
+    Shape base_a, base_b;
+    bool a_transposed = false, b_transposed = true;  // b a weight [N, K] read through its transpose, by default
+    bool bias = false, residual = false, row_col_scales = false;
+    tessel::Activation activation = tessel::Activation::none;
+};
+template <class Out>
+void check_fp8(const Fp8Case& t, std::uint64_t seed, const char* implementation, int copies) {
+    using Operand = typename tessel::MatmulEpilogue<Out>::Operand;
+    const auto A = make<F8>(t.base_a, seed, true, 8), B = make<F8>(t.base_b, seed + 1, true, 8);
+    const Tensor<F8> a = t.a_transposed ? A.base.transpose(-1, -2) : A.base, b = t.b_transposed ? B.base.transpose(-1, -2) : B.base;
+    const std::string label = "e4m3 -> " + name<Out>() + ": " + a.shape().to_string() + " @ " + b.shape().to_string();
+    INFO(label);
+    const Reference ref = reference_matmul(logical(a, A.base, A.host), a.shape(), logical(b, B.base, B.host), b.shape());
+    const std::int64_t n = ref.shape[ref.shape.size() - 1], m = ref.shape[ref.shape.size() - 2];  // every case is 2-D or batched
+    std::mt19937_64 rng(seed + 2);
+    std::vector<float> rs(std::size_t(m), 1.f), cs(std::size_t(n), 1.f), bias(std::size_t(n), 0.f), res(ref.value.size(), 0.f);
+    if (t.row_col_scales) {
+        for (auto& x : rs) x = std::ldexp(1.f, -int(rng() % 3));
+        for (auto& x : cs) x = std::ldexp(1.f, 1 - int(rng() % 3));
+    }
+    if (t.bias) for (auto& x : bias) x = float(int(rng() % 65) - 32) / 4;  // multiples of 1/4 below 8: exact in bf16
+    if (t.residual) for (auto& x : res) x = float(int(rng() % 17) - 8);
+    const float a_scale = 0.5f, b_scale = 0.25f;
+    const double alpha = 2;
+    tessel::MatmulEpilogue<Out> e{.activation = t.activation, .a_scale = scalar(a_scale), .b_scale = scalar(b_scale)};
+    if (t.bias) e.bias = device_values<Operand>(bias, Shape{n});
+    if (t.residual) e.residual = device_values<Operand>(res, ref.shape);
+    if (t.row_col_scales) e.row_scale = device_values<float>(rs, Shape{m}), e.col_scale = device_values<float>(cs, Shape{n});
+    tessel::testing::poison_next<Out>(ref.shape);
+    const Tensor<Out> out = tessel::empty<Out>(ref.shape);
+    tessel::matmul(a, b, out, MatmulOptions{.alpha = alpha}, e);  // automatic: fp8 has no table entry, so the library
+    const auto choice = tessel::last_matmul_choice();
+    INFO(choice.implementation);
+    CHECK(choice.path == MatmulPolicy::library);
+    CHECK(choice.implementation == std::string_view(implementation));
+    if (copies >= 0) CHECK(choice.copied_operands == copies);
+    const auto got = out.to_vector();
+    std::vector<double> want(got.size());
+    for (std::size_t o = 0; o < want.size(); ++o) {
+        const std::size_t i = (o / std::size_t(n)) % std::size_t(m), j = o % std::size_t(n);
+        double v = alpha * a_scale * b_scale * rs[i] * cs[j] * ref.value[o] + bias[j];
+        if (t.activation == tessel::Activation::relu) v = std::max(0.0, v);
+        want[o] = tessel::testing::to_double(tessel::testing::from_double<Out>(v + res[o]));
+    }
+    std::vector<double> got_d(got.size());
+    for (std::size_t i = 0; i < got.size(); ++i) got_d[i] = tessel::testing::to_double(got[i]);
+    tessel::testing::check_close(got_d, want, std::vector<double>(got.size(), 0.0), label);
+}
+
+}  // namespace
+
+TEST_CASE("fp8 e4m3 matmul through cuBLASLt: per-tensor scales, fused or applied epilogues, exact", "[ops][matmul][fp8]") {
+    if (tessel::device_count() == 0) return;
+    const char* lt = "cublasLtMatmul";
+    std::uint64_t seed = 9500;
+    // cuBLASLt's fp8 kernels take its m (our N) and K in multiples of 16; M is free.
+    check_fp8<float>({{1, 16}, {16, 16}}, seed += 3, lt, 0);
+    check_fp8<float>({{33, 80}, {48, 80}}, seed += 3, lt, 0);
+    check_fp8<float>({{3, 17, 64}, {32, 64}}, seed += 3, lt, 0);                        // b broadcast over a batch
+    check_fp8<__nv_bfloat16>({{130, 272}, {272, 32}, false, false}, seed += 3, lt, 1);  // b by rows: packed by columns
+    check_fp8<__half>({{96, 45}, {16, 96}, true}, seed += 3, lt, 1);                    // a transposed: packed by rows
+    // What cuBLASLt fuses for 16-bit outputs (its fp8 bias is bf16 or fp16): bias + relu in one call.
+    check_fp8<__nv_bfloat16>({{37, 64}, {48, 64}, false, true, true, false, false, tessel::Activation::relu}, seed += 3,
+                             "cublasLtMatmul (RELU_BIAS)", 0);
+    // What it does not: an fp32 bias, a residual, row and column scales: the fp32 product, then one
+    // epilogue kernel.
+    const char* applied = "cublasLtMatmul (fp32 product) + gemm_epilogue_apply";
+    check_fp8<float>({{37, 64}, {48, 64}, false, true, true, false, false, tessel::Activation::relu}, seed += 3, applied, 0);
+    check_fp8<__nv_bfloat16>({{2, 19, 32}, {16, 32}, false, true, true, true, true, tessel::Activation::relu}, seed += 3, applied, 0);
+    // K = 0, which cuBLASLt does not define: zeros, then the epilogue (the bias).
+    check_fp8<float>({{5, 0}, {16, 0}, false, true, true}, seed += 3, applied, -1);
+}
+
+TEST_CASE("fp8 matmul refuses what cuBLASLt cannot run, naming it", "[ops][matmul][fp8]") {
+    if (tessel::device_count() == 0) return;
+    const auto a = make<F8>({5, 32}, 1, true, 8).base, w = make<F8>({16, 32}, 2, true, 8).base;
+    const auto unsupported = [](auto&& f) { return message<tessel::Unsupported>(f); };
+    CHECK_THAT(unsupported([&] { tessel::matmul(a, w.transpose(0, 1), MatmulOptions{.policy = MatmulPolicy::handwritten}); }),
+               Catch::Contains("e4m3 products run on cuBLASLt only"));
+    const auto odd_k = make<F8>({5, 40}, 3, true, 8).base, odd_kw = make<F8>({16, 40}, 4, true, 8).base;
+    CHECK_THAT(unsupported([&] { tessel::matmul(odd_k, odd_kw.transpose(0, 1)); }),
+               Catch::Contains("no e4m3 kernel for 5 x 16 x 40") && Catch::Contains("multiples of 16"));
+    const auto odd_n = make<F8>({20, 32}, 5, true, 8).base;
+    CHECK_THAT(unsupported([&] { tessel::matmul(a, odd_n.transpose(0, 1)); }), Catch::Contains("no e4m3 kernel for 5 x 20 x 32"));
+    CHECK_THAT(message([&] { tessel::matmul(a, w.transpose(0, 1), MatmulOptions{}, tessel::MatmulEpilogue<float>{.a_scale = tessel::ones<float>({2})}); }),
+               Catch::Contains("a_scale is a per-tensor scale: one fp32 element, not shape [2]"));
+    CHECK_THAT(message([&] {
+                   tessel::matmul(a, w.transpose(0, 1), MatmulOptions{}, tessel::MatmulEpilogue<float>{.b_scale = scalar(1).to_host()});
+               }),
+               Catch::Contains("b_scale must be in device memory"));
+    const auto h = make<__half>({5, 32}, 6, true).base, hw = make<__half>({16, 32}, 7, true).base;
+    CHECK_THAT(message([&] { tessel::matmul(h, hw.transpose(0, 1), MatmulOptions{}, tessel::MatmulEpilogue<__half>{.a_scale = scalar(1)}); }),
+               Catch::Contains("a_scale and b_scale are fp8 inputs' per-tensor scales"));
 }

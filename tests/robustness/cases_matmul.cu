@@ -90,3 +90,33 @@ BAD("matmul", "a residual of the wrong shape", Expect::invalid_argument, "the re
 BAD("matmul", "a linear weight that is not 2-d", Expect::invalid_argument, "the weight must be a 2-d tensor") {
     (void)linear(dev({3, 4}), dev({4}));
 };
+// int8 and fp8 products: what the exact int32 output, the dequantisation scales and cuBLASLt refuse.
+BAD("matmul", "an int32 output with a fused epilogue", Expect::invalid_argument, "int32 output is the exact int8 product") {
+    matmul(zeros<std::int8_t>({3, 16}), zeros<std::int8_t>({4, 16}).transpose(0, 1), zeros<int>({3, 4}), MatmulOptions{},
+           MatmulEpilogue<int>{.activation = Activation::relu});
+};
+BAD("matmul", "a fractional alpha into an int32 output", Expect::invalid_argument, "alpha = 0.5") {
+    matmul(zeros<std::int8_t>({3, 16}), zeros<std::int8_t>({4, 16}).transpose(0, 1), zeros<int>({3, 4}), MatmulOptions{.alpha = 0.5});
+};
+BAD("matmul", "a column scale of the wrong length", Expect::invalid_argument, "column scale must be a contiguous 1-d fp32 tensor of 4") {
+    matmul(zeros<std::int8_t>({3, 16}), zeros<std::int8_t>({4, 16}).transpose(0, 1), dev({3, 4}), MatmulOptions{},
+           MatmulEpilogue<float>{.col_scale = dev({5})});
+};
+BAD("matmul", "a row scale in host memory", Expect::invalid_argument, "row scale must be in device memory") {
+    matmul(zeros<std::int8_t>({3, 16}), zeros<std::int8_t>({4, 16}).transpose(0, 1), dev({3, 4}), MatmulOptions{},
+           MatmulEpilogue<float>{.row_scale = zeros<float>({3}, {.space = MemorySpace::host})});
+};
+BAD("matmul", "dequantisation scales on an fp32 product", Expect::invalid_argument, "row and column scales dequantise an int8 or fp8") {
+    matmul(dev({3, 4}), dev({4, 6}), dev({3, 6}), MatmulOptions{}, MatmulEpilogue<float>{.col_scale = dev({6})});
+};
+BAD("matmul", "an fp8 product on the hand-written path", Expect::unsupported, "run on cuBLASLt only") {
+    (void)matmul(zeros<__nv_fp8_e4m3>({3, 16}), zeros<__nv_fp8_e4m3>({16, 16}).transpose(0, 1),
+                 MatmulOptions{.policy = MatmulPolicy::handwritten});
+};
+BAD("matmul", "an fp8 product whose K cuBLASLt cannot take", Expect::unsupported, "multiples of 16") {
+    (void)matmul(zeros<__nv_fp8_e4m3>({3, 24}), zeros<__nv_fp8_e4m3>({16, 24}).transpose(0, 1));
+};
+BAD("matmul", "an fp8 per-tensor scale of two elements", Expect::invalid_argument, "a_scale is a per-tensor scale") {
+    (void)matmul(zeros<__nv_fp8_e4m3>({3, 16}), zeros<__nv_fp8_e4m3>({16, 16}).transpose(0, 1), MatmulOptions{},
+                 MatmulEpilogue<float>{.a_scale = dev({2})});
+};

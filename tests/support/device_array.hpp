@@ -13,6 +13,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <cuda_fp8.h>
+
+#include <tessel/core/error.hpp>
 #include <tessel/core/kernel.hpp>
 #include <tessel/runtime/rt.hpp>
 
@@ -100,6 +103,18 @@ inline std::uint64_t cluster_launch_count() {
 #endif
 }
 
+// The message of the E (InvalidArgument unless said) that f throws, or "(no error)"; another
+// exception propagates and fails the test.
+template <class E = InvalidArgument, class F>
+std::string message(F&& f) {
+    try {
+        f();
+    } catch (const E& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
 inline double to_double(float v) { return v; }
 inline double to_double(double v) { return v; }
 inline double to_double(__half v) { return double(__half2float(v)); }
@@ -108,11 +123,14 @@ inline double to_double(int v) { return v; }
 inline double to_double(unsigned v) { return v; }
 inline double to_double(long long v) { return double(v); }
 inline double to_double(unsigned long long v) { return double(v); }
+inline double to_double(__nv_fp8_e4m3 v) { return double(float(v)); }
+inline double to_double(__nv_fp8_e5m2 v) { return double(float(v)); }
 
 template <class T>
 T from_double(double v) {
     if constexpr (std::is_same_v<T, __half>) return __float2half(float(v));
     else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(float(v));
+    else if constexpr (std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>) return T(float(v));
     else return T(v);
 }
 

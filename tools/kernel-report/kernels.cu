@@ -157,6 +157,13 @@ void instantiate(unsigned* found) {
     tessel::launch(tessel::kernels::gemm_epilogue_apply<float, float, float>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
                    static_cast<const float*>(nullptr), 1, std::int64_t(0), static_cast<float*>(nullptr), 1, std::int64_t(0),
                    tessel::kernels::GemmEpilogue<float, float>{});
+    // Dequantising epilogues: an int8 product's int32 into int8, an fp8 product's fp32 with row and column scales.
+    tessel::launch(tessel::kernels::gemm_epilogue_apply<int, float, std::int8_t, true>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
+                   static_cast<const int*>(nullptr), 1, std::int64_t(0), static_cast<std::int8_t*>(nullptr), 1, std::int64_t(0),
+                   tessel::kernels::GemmEpilogue<float, std::int8_t, true>{});
+    tessel::launch(tessel::kernels::gemm_epilogue_apply<float, float, __nv_bfloat16, true>, 132, 256, 0, nullptr, std::int64_t(1), 1, 1,
+                   static_cast<const float*>(nullptr), 1, std::int64_t(0), static_cast<__nv_bfloat16*>(nullptr), 1, std::int64_t(0),
+                   tessel::kernels::GemmEpilogue<float, __nv_bfloat16, true>{});
 }
 
 }  // namespace report

@@ -36,6 +36,7 @@
 #include "../core/error.hpp"
 #include "../runtime/device.hpp"
 #include "../runtime/rt.hpp"
+#include "data_type.hpp"
 #include "cublas.hpp"  // workspace_bytes and the workspace table both libraries share
 
 namespace tessel::cublaslt {
@@ -241,6 +242,7 @@ struct LtGemm {
     const float* a_scale = nullptr;  // fp8 per-tensor scales in device memory (null: 1); only fp8 matrices take one
     const float* b_scale = nullptr;
     const float* d_scale = nullptr;
+    int algorithm = 0;  // which of the heuristic's results to run, best first (autotuning times several)
 };
 
 // What matmul() has done in this process: tests check the plan cache spares the heuristic.
@@ -268,26 +270,23 @@ inline std::uint32_t alignment(const void* p, std::int64_t stride_bytes, int bat
     return std::uint32_t(bits & (~bits + 1));
 }
 inline std::int64_t element_bytes(cudaDataType t) {
-    switch (t) {
-        case CUDA_R_8I:
-        case CUDA_R_8F_E4M3:
-        case CUDA_R_8F_E5M2: return 1;
-        case CUDA_R_16F:
-        case CUDA_R_16BF: return 2;
-        case CUDA_R_32F:
-        case CUDA_R_32I: return 4;
-        case CUDA_R_64F: return 8;
-        default: fail<InvalidArgument>("cublaslt::matmul: data type ", int(t), " is not one tessel passes to cuBLASLt");
-    }
+    const std::size_t bytes = data_type_bytes(t);
+    if (bytes == 0) fail<InvalidArgument>("cublaslt::matmul: data type ", int(t), " is not one tessel passes to cuBLASLt");
+    return std::int64_t(bytes);
 }
 inline bool is_fp8(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 inline bool uses_bias(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS;
 }
 
+// The most heuristic results LtGemm::algorithm may pick among.
+constexpr int max_algorithms = 8;
+
 // The bad input tessel can name better than a library status can.
 inline void validate(const LtGemm& g) {
     const char* w = "cublaslt::matmul: ";
+    require(g.algorithm >= 0 && g.algorithm < max_algorithms, w, "algorithm ", g.algorithm, " is not an index into the heuristic's first ",
+            max_algorithms, " results");
     require(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, w, "m, n, k and batch must not be negative (m ", g.m, ", n ", g.n, ", k ",
             g.k, ", batch ", g.batch, ")");
     const auto op_ok = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
@@ -321,7 +320,7 @@ inline void validate(const LtGemm& g) {
 }
 
 // Everything about a call except its pointers' values (their alignments included), as numbers.
-using Key = std::array<std::int64_t, 34>;
+using Key = std::array<std::int64_t, 35>;
 struct KeyHash {
     std::size_t operator()(const Key& k) const noexcept {
         std::uint64_t h = 1469598103934665603ull;
@@ -370,14 +369,15 @@ inline std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const LtGemm& g, cons
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1], where);
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2], where);
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[3], where);
-    cublasLtMatmulHeuristicResult_t result{};
+    std::array<cublasLtMatmulHeuristicResult_t, max_algorithms> results{};
     int found = 0;
     counters().heuristic_queries.fetch_add(1, std::memory_order_relaxed);
     const cublasStatus_t s = api::cublasLtMatmulAlgoGetHeuristic(h, desc.get(), plan->a.get(), plan->b.get(), plan->c.get(), plan->d.get(),
-                                                                 pref.get(), 1, &result, &found);
+                                                                 pref.get(), g.algorithm + 1, results.data(), &found);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED) return plan;  // no heuristic for this configuration: the caller's fallback
     check(s, "cublasLtMatmulAlgoGetHeuristic", where);
-    plan->supported = found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    const cublasLtMatmulHeuristicResult_t& result = results[std::size_t(g.algorithm)];
+    plan->supported = found > g.algorithm && result.state == CUBLAS_STATUS_SUCCESS;
     plan->algo = result.algo;
     return plan;
 }
@@ -391,7 +391,7 @@ inline LtStats stats() {
 
 // Queues `g` on `stream` of `device` through cuBLASLt (bad input: InvalidArgument; a library error:
 // LibraryError). Returns false, having queued nothing, when cuBLASLt has no algorithm for the
-// problem (CUBLAS_STATUS_NOT_SUPPORTED or no heuristic result), and for k == 0, whose
+// problem (CUBLAS_STATUS_NOT_SUPPORTED, or fewer heuristic results than g.algorithm + 1), and for k == 0, whose
 // D = epilogue(beta C) cuBLASLt does not document: the caller takes another path. The first call
 // of a problem on a thread builds its descriptors and asks the heuristic, with the pointers' real
 // alignments; later calls with the same types, shapes, strides and alignments reuse them.
@@ -416,7 +416,7 @@ inline bool matmul(Device device, rt::stream_t stream, const LtGemm& g, std::sou
                              g.compute, g.scale_type, g.epilogue, g.bias_type ? std::int64_t(*g.bias_type) : -1,
                              g.bias != nullptr, g.bias_batch_stride, bias_align,
                              g.a_scale != nullptr, g.b_scale != nullptr, g.d_scale != nullptr,
-                             align[0], align[1], align[2], align[3], std::int64_t(cublas::workspace_bytes(device))};
+                             align[0], align[1], align[2], align[3], std::int64_t(cublas::workspace_bytes(device)), g.algorithm};
     DeviceGuard guard(device);
     const cublasLtHandle_t h = handle(device);
     const auto ws = cublas::detail::workspace(h, device, stream);

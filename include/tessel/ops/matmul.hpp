@@ -78,8 +78,11 @@ Tensor<U> as_full(const Tensor<U>& t, const MatmulShapes& s) {
 template <class T, class Out>
 void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const MatmulOptions& o, Device device) {
     const std::int64_t m = s.full[s.full.size() - 2], n = s.full[s.full.size() - 1];
-    if constexpr (!std::is_same_v<T, std::int8_t>)
-        require(!e.row_scale && !e.col_scale, "matmul: row and column scales dequantise an int8 product; for ", dtype_name<T>(),
+    if constexpr (!std::is_same_v<T, std::int8_t> && !fp8_type<T>)
+        require(!e.row_scale && !e.col_scale, "matmul: row and column scales dequantise an int8 or fp8 product; for ", dtype_name<T>(),
+                " inputs fold a per-tensor scale into alpha");
+    if constexpr (!fp8_type<T>)
+        require(!e.a_scale && !e.b_scale, "matmul: a_scale and b_scale are fp8 inputs' per-tensor scales; for ", dtype_name<T>(),
                 " inputs fold a per-tensor scale into alpha");
     if constexpr (std::is_same_v<Out, int>) {
         require(!e.fuses_anything(), "matmul: an int32 output is the exact int8 product: it takes no bias, activation, residual or "
@@ -97,6 +100,16 @@ void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const M
                 "), not shape ", t.defined() ? t.shape().to_string() : std::string("(undefined)"));
         require(t.device() == device && t.space() != MemorySpace::host && t.space() != MemorySpace::pinned, "matmul: the ",
                 rows ? "row" : "column", " scale must be in device memory on the operands' device ", device.index);
+    }
+    for (const auto* scale : {&e.a_scale, &e.b_scale}) {
+        if (!*scale) continue;
+        const char* name = scale == &e.a_scale ? "a_scale" : "b_scale";
+        const Tensor<float>& t = **scale;
+        require(t.defined() && t.numel() == 1, "matmul: ", name, " is a per-tensor scale: one fp32 element, not shape ",
+                t.defined() ? t.shape().to_string() : std::string("(undefined)"));
+        require(t.device() == device && t.space() != MemorySpace::host && t.space() != MemorySpace::pinned, "matmul: ", name,
+                " must be in device memory on the operands' device ", device.index, " (cuBLASLt reads it on the device)");
+        require(reinterpret_cast<std::uintptr_t>(t.data()) % alignof(float) == 0, "matmul: ", name, " is not 4-byte aligned");
     }
     if (e.bias) {
         const std::int64_t want = e.bias_per_row ? m : n;
@@ -136,7 +149,7 @@ void matmul_into(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out,
     ::tessel::detail::order_after_last_write(*out.storage(), stream, device);
     for (const auto* t : {&e.bias, &e.residual})
         if (*t) ::tessel::detail::order_after_last_write(*(*t)->storage(), stream, device);
-    for (const auto* t : {&e.row_scale, &e.col_scale})
+    for (const auto* t : {&e.row_scale, &e.col_scale, &e.a_scale, &e.b_scale})
         if (*t) ::tessel::detail::order_after_last_write(*(*t)->storage(), stream, device);
     run_matmul<T, Out>(a2, b2, as_full(out, s), o, full_e, stream, device, site);
 }
@@ -145,28 +158,30 @@ template <class T, class Out>
 constexpr bool matmul_types = (tensor_core_type<T> && (std::is_same_v<Out, T> || std::is_same_v<Out, float>)) ||
                               ((std::is_same_v<T, float> || std::is_same_v<T, double>) && std::is_same_v<Out, T>) ||
                               (std::is_same_v<T, std::int8_t> && (std::is_same_v<Out, int> || std::is_same_v<Out, std::int8_t> ||
-                                                                  std::is_same_v<Out, float> || tensor_core_type<Out>));
+                                                                  std::is_same_v<Out, float> || tensor_core_type<Out>)) ||
+                              // e4m3 only: cuBLASLt's fp8 tables pair e5m2 with e4m3, never with itself.
+                              (std::is_same_v<T, __nv_fp8_e4m3> && (std::is_same_v<Out, float> || tensor_core_type<Out>));
 
 }  // namespace ops::detail
 
-// The dtype matmul(a, b) returns: the inputs', int32 for int8 (the exact product, as torch._int_mm).
+// The dtype matmul(a, b) returns: the inputs', int32 for int8 (the exact product, as torch._int_mm),
+// fp32 for fp8 (the dequantised product, unrounded).
 template <class T>
-using matmul_result_t = std::conditional_t<std::is_same_v<T, std::int8_t>, int, T>;
-
-namespace ops::detail {
-
-}  // namespace ops::detail
+using matmul_result_t = std::conditional_t<std::is_same_v<T, std::int8_t>, int, std::conditional_t<ops::detail::fp8_type<T>, float, T>>;
 
 // out = epilogue(alpha * (a @ b) + beta * out) with torch.matmul's shape rules; out must have the
 // product's shape, be on the operands' device and share no memory with them (beta == 0 never reads
 // it). Out is T, or fp32 for bf16/fp16 inputs (the accumulator, unrounded); for int8 inputs int32
-// (exact), or int8, fp32, bf16, fp16 through the epilogue's scales (requantised, dequantised).
+// (exact), or int8, fp32, bf16, fp16 through the epilogue's scales (requantised, dequantised); for
+// fp8 inputs (cuBLASLt, sm_89+) fp32, bf16 or fp16, with the epilogue's per-tensor a_scale and
+// b_scale as torch._scaled_mm's.
 template <Element T, Element Out>
 void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, const MatmulOptions& options = {},
             const MatmulEpilogue<Out>& epilogue = {}, std::source_location site = std::source_location::current()) {
     static_assert(ops::detail::matmul_types<T, Out>,
                   "matmul takes float, double, __half and __nv_bfloat16 tensors, writing the same type or, for __half and "
-                  "__nv_bfloat16, float; and int8 tensors, writing int32, int8, float, __half or __nv_bfloat16");
+                  "__nv_bfloat16, float; int8 tensors, writing int32, int8, float, __half or __nv_bfloat16; and fp8 __nv_fp8_e4m3 "
+                  "tensors, writing float, __half or __nv_bfloat16 (cuBLASLt has no e5m2 x e5m2 product)");
     const ops::detail::MatmulShapes s = ops::detail::matmul_shapes(a, b);
     require(out.defined(), "matmul: out is an undefined (default-constructed) tensor");
     require(out.space() == MemorySpace::device || out.space() == MemorySpace::managed, "matmul: out is in ", space_name(out.space()),
@@ -192,14 +207,14 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
     ops::detail::matmul_into(a, b, out, s, options, epilogue, site);
 }
 
-// a @ b (with the epilogue) as a new contiguous tensor of a's dtype (int32 for int8), with
+// a @ b (with the epilogue) as a new contiguous tensor of a's dtype (int32 for int8, fp32 for fp8), with
 // torch.matmul's shape rules (beta must be 0: there is no prior output to scale).
 template <Element T>
 Tensor<matmul_result_t<T>> matmul(const Tensor<T>& a, const Tensor<T>& b, const MatmulOptions& options = {},
                                   const MatmulEpilogue<matmul_result_t<T>>& epilogue = {},
                                   std::source_location site = std::source_location::current()) {
     using R = matmul_result_t<T>;
-    static_assert(ops::detail::matmul_types<T, R>, "matmul takes float, double, __half, __nv_bfloat16 and int8 tensors");
+    static_assert(ops::detail::matmul_types<T, R>, "matmul takes float, double, __half, __nv_bfloat16, int8 and fp8 e4m3 tensors");
     const ops::detail::MatmulShapes s = ops::detail::matmul_shapes(a, b);
     require(options.beta == 0, "matmul: beta = ", options.beta, " scales an existing output; pass one (matmul(a, b, out, options))");
     const rt::stream_t stream = options.stream ? *options.stream : current_stream(a.device()).handle();
@@ -214,7 +229,7 @@ template <Element T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_identity_t<std::optional<Tensor<T>>>& bias = std::nullopt,
                  Activation activation = Activation::none, const MatmulOptions& options = {},
                  std::source_location site = std::source_location::current()) {
-    static_assert(!std::is_same_v<T, std::int8_t>, "linear of int8 tensors: call matmul(x, weight.transpose(0, 1), out, options, "
+    static_assert(!std::is_same_v<T, std::int8_t> && !ops::detail::fp8_type<T>, "linear of int8 or fp8 tensors: call matmul(x, weight.transpose(0, 1), out, options, "
                   "epilogue) with an int8, fp32, bf16 or fp16 out and the epilogue's scales and bias");
     require(weight.defined() && weight.dim() == 2, "linear: the weight must be a 2-d tensor [out_features, in_features], not shape ",
             weight.defined() ? weight.shape().to_string() : std::string("(undefined)"));

@@ -2,15 +2,15 @@
 // path, the operand layouts each path takes as they lie (else one copy), the batch dims merged into
 // one stride (the rest walked on the host), and the launch: a hand-written kernel with the epilogue
 // fused into its store, or the library: one cublasLtMatmul for what cuBLASLt takes (16-bit, int8,
-// TF32, and the epilogues it fuses: bias, relu, tanh GELU), else cublasGemmStridedBatchedEx
-// (row-major C = A B as column-major C^T = B^T A^T) followed by gemm_epilogue_apply when there is an
-// epilogue.
+// TF32, fp8, and the epilogues it fuses: bias, relu, tanh GELU), else cublasGemmStridedBatchedEx
+// (row-major C = A B as column-major C^T = B^T A^T; for fp8 cublasLtMatmul alone) followed by
+// gemm_epilogue_apply when there is an epilogue. With autotuning on, the first call of a problem
+// times the candidates (matmul_autotune.hpp) and later ones follow the winner.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <source_location>
@@ -27,6 +27,7 @@
 #include "../stream/stream.hpp"
 #include "assign.hpp"  // device_attribute, allow_dynamic_smem, max_blocks
 #include "copy.hpp"
+#include "matmul_autotune.hpp"
 #include "matmul_options.hpp"
 
 namespace tessel::ops::detail {
@@ -58,6 +59,9 @@ MatrixArg matrix_arg(const Tensor<Tn>& t) {
 
 template <class T>
 constexpr bool tensor_core_type = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+// fp8 products run on the library path only (cuBLASLt, sm_89+).
+template <class T>
+constexpr bool fp8_type = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
 
 // Whether T's hand-written product is mma_matmul (tensor cores: 16-bit inputs, int8, and fp32 when
 // TF32 is allowed) rather than simt_matmul (exact fp32, fp64).
@@ -111,6 +115,8 @@ cudaDataType blas_type() {
     else if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
     else if constexpr (std::is_same_v<T, std::int8_t>) return CUDA_R_8I;
     else if constexpr (std::is_same_v<T, int>) return CUDA_R_32I;
+    else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return CUDA_R_8F_E4M3;
+    else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) return CUDA_R_8F_E5M2;
     else return CUDA_R_16BF;
 }
 
@@ -126,6 +132,8 @@ constexpr const char* dtype_name() {
     else if constexpr (std::is_same_v<T, double>) return "fp64";
     else if constexpr (std::is_same_v<T, __half>) return "fp16";
     else if constexpr (std::is_same_v<T, std::int8_t>) return "int8";
+    else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return "e4m3";
+    else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) return "e5m2";
     else return "bf16";
 }
 // The dtype as the dispatch table keys it: fp32 on TF32 tensor cores is "tf32".
@@ -135,7 +143,7 @@ const char* dtype_key(const MatmulOptions& o) {
 }
 
 // What a library GEMM writes before an epilogue kernel runs: int32 for int8 inputs, else the
-// accumulator's fp32 (fp64 for fp64).
+// accumulator's fp32 (fp64 for fp64; fp8 products too are fp32).
 template <class T>
 using product_t = std::conditional_t<std::is_same_v<T, double>, double, std::conditional_t<std::is_same_v<T, std::int8_t>, int, float>>;
 // The type the epilogue computes in (kernels::GemmEpilogue's Acc): the product's, except that an
@@ -143,9 +151,10 @@ using product_t = std::conditional_t<std::is_same_v<T, double>, double, std::con
 template <class T, class Out>
 using accumulator_t = std::conditional_t<std::is_same_v<product_t<T>, int> && !std::is_same_v<Out, int>, float, product_t<T>>;
 // The epilogue T's kernels take: scaled (row and column dequantisation scales) for int8 products
-// dequantised in fp32.
+// dequantised in fp32 and for fp8 products.
 template <class T, class Out>
-using epilogue_t = kernels::GemmEpilogue<accumulator_t<T, Out>, Out, std::is_same_v<T, std::int8_t> && !std::is_same_v<Out, int>>;
+using epilogue_t =
+    kernels::GemmEpilogue<accumulator_t<T, Out>, Out, (std::is_same_v<T, std::int8_t> && !std::is_same_v<Out, int>) || fp8_type<T>>;
 
 // A row-major product C = A B as the column-major product BLAS computes: row-major C is
 // column-major C^T = B^T A^T, so B goes first; a column-layout C takes A first. A row-layout operand
@@ -200,11 +209,13 @@ void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const 
                   "cublasGemmStridedBatchedEx", site);
 }
 
-// Which inputs the library path gives cuBLASLt: 16-bit, int8 (into int32), fp32 on TF32, and exact
-// fp32 when cuBLASLt can fuse its epilogue; fp64 and plain fp32 stay with cuBLAS.
+// Which inputs the library path gives cuBLASLt: 16-bit, int8 (into int32), fp8 (only it has them),
+// fp32 on TF32, and exact fp32 when cuBLASLt can fuse its epilogue; fp64 and plain fp32 stay with
+// cuBLAS.
 template <class T, class Out>
 bool lt_takes(const MatmulOptions& o, bool fuses) {
     if constexpr (std::is_same_v<T, double>) return false;
+    else if constexpr (fp8_type<T>) return true;
     else if constexpr (std::is_same_v<T, std::int8_t>) return std::is_same_v<Out, int> && !fuses;
     else if constexpr (std::is_same_v<T, float>) return o.allow_tf32 || fuses;
     else return true;
@@ -237,10 +248,11 @@ inline const char* lt_epilogue_name(cublasLtEpilogue_t e) {
 
 // The product (and epilogue) as one cublasLtMatmul, the heuristic given the pointers' alignments;
 // false, with nothing queued, when cuBLASLt has no algorithm for it (or K = 0, which cuBLASLt does
-// not define) so the caller takes cuBLAS.
+// not define) so the caller takes cuBLAS. a_scale and b_scale: fp8 per-tensor scales (device).
 template <class T, class Out>
 bool lt_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c, std::int64_t batches,
-             const MatmulOptions& o, cublasLtEpilogue_t epilogue, const void* bias, std::source_location site) {
+             const MatmulOptions& o, cublasLtEpilogue_t epilogue, const void* bias, std::source_location site,
+             const float* a_scale = nullptr, const float* b_scale = nullptr) {
     if (a.cols == 0) return false;
     const BlasProblem p = blas_problem(a, b, c);
     cublaslt::LtGemm g;
@@ -257,12 +269,17 @@ bool lt_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const Matri
     g.beta = o.beta;
     g.epilogue = epilogue;
     g.bias = bias;
+    // cuBLASLt's A is whichever operand blas_problem put first.
+    g.a_scale = p.first == &a ? a_scale : b_scale;
+    g.b_scale = p.first == &a ? b_scale : a_scale;
+    g.algorithm = candidate_variant();  // autotuning times the heuristic's first few
     return cublaslt::matmul(device, stream, g, site);
 }
 
 // The hand-written kernels, one launch for the batch: mma_matmul (bf16/fp16 in, the input type or
 // fp32 out; fp32 on TF32; int8 in, int32 or a requantised output) or simt_matmul (fp32/fp64).
-// Problems of fewer than two 128 x 128 tiles per multiprocessor take 64 x 64 tiles.
+// Problems of fewer than two 128 x 128 tiles per multiprocessor take 64 x 64 tiles, unless the
+// candidate variant (autotuning) names the tile class.
 template <class T, class Out>
 std::string_view handwritten_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const MatrixArg& b, const MatrixArg& c,
                                   std::int64_t batches, const epilogue_t<T, Out>& epilogue, bool mma, std::source_location site) {
@@ -274,7 +291,8 @@ std::string_view handwritten_gemm(Device device, rt::stream_t stream, const Matr
     const int ldc = checked_int(leading_dim(c, MatrixLayout::row), "leading dimension");
     const int nb = checked_int(batches, "batch count");
     const std::int64_t big_tiles = ((std::int64_t(m) + 127) / 128) * ((std::int64_t(n) + 127) / 128) * batches;
-    const bool big = big_tiles >= 2 * std::int64_t(device_attribute<cudaDevAttrMultiProcessorCount>(device));
+    const int variant = candidate_variant();
+    const bool big = variant == 0 ? big_tiles >= 2 * std::int64_t(device_attribute<cudaDevAttrMultiProcessorCount>(device)) : variant == 2;
     DeviceGuard guard(device);
     if constexpr (!std::is_same_v<T, double>) {
         if (mma) {
@@ -370,19 +388,15 @@ MatmulChoice& choose_path(const MatmulOptions& o, Device device, std::int64_t m,
     return choice;
 }
 
-// A problem as autotuning keys it.
-struct AutotuneKey {
-    int device;
-    const char* in_dtype;
-    std::size_t out_bytes;
-    std::int64_t m, n, k, batches;
-    int layout_a, layout_b, layout_c;
-    bool fused;
-    auto operator<=>(const AutotuneKey&) const = default;
-};
-inline std::map<AutotuneKey, MatmulPolicy>& autotune_cache() {
-    static auto* cache = new std::map<AutotuneKey, MatmulPolicy>();  // never destroyed, as the allocators
-    return *cache;
+// The candidates autotuning times for T: the hand-written kernel per tile class (fp64 has one), then
+// the library per cuBLASLt heuristic result (cut short where cuBLAS runs, which has one).
+template <class T>
+std::vector<MatmulCandidate> autotune_candidates() {
+    std::vector<MatmulCandidate> c;
+    if constexpr (std::is_same_v<T, double>) c.push_back({MatmulPolicy::handwritten, 0});
+    else c.insert(c.end(), {{MatmulPolicy::handwritten, 1}, {MatmulPolicy::handwritten, 2}});
+    for (int i = 0; i < 4; ++i) c.push_back({MatmulPolicy::library, i});
+    return c;
 }
 
 // out (batch + [M, N]) = epilogue(a (... [M, K]) @ b (... [K, N])), shapes and devices checked.
@@ -394,62 +408,78 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     const int rank = out.dim();
     const bool asked_automatic = !o.policy && matmul_policy() == MatmulPolicy::automatic;
     if (asked_automatic && matmul_autotune()) {
-        // The winner for this problem, timed on first sight: both paths on a scratch output (beta 0,
-        // so the real output is written once, below), a warm-up run and an event-timed one each.
+        // The winner for this problem, timed on first sight: each candidate on a scratch output
+        // (beta 0, so the real output is written once, below), a warm-up run and an event-timed one.
         const AutotuneKey key{device.index, dtype_key<T>(o), sizeof(Out), out.shape()[rank - 2], out.shape()[rank - 1],
                               a_in.shape()[a_in.dim() - 1], ::tessel::detail::element_count(out.shape()) /
                                                                  std::max<std::int64_t>(1, out.shape()[rank - 2] * out.shape()[rank - 1]),
                               int(layout_of(matrix_arg(a_in))), int(layout_of(matrix_arg(b_in))), int(layout_of(matrix_arg(out))),
                               e.fuses_anything()};
-        std::optional<MatmulPolicy> winner;
+        std::optional<MatmulCandidate> winner;
         {
             std::lock_guard lk(autotune_mutex());
-            if (auto it = autotune_cache().find(key); it != autotune_cache().end()) winner = it->second, ++autotune_counters().cache_hits;
+            read_autotune_file_from_environment();
+            const auto& winners = autotune_state().winners;
+            if (auto it = winners.find(key); it != winners.end()) winner = it->second, ++autotune_counters().cache_hits;
         }
-        const char* reason = "autotune: the faster path for this problem, timed on its first call";
         if (!winner) {
             const Tensor<Out> scratch = empty<Out>(out.shape(), TensorOptions{.device = device, .stream = stream, .non_blocking = true});
             float best = 0;
-            for (MatmulPolicy p : {MatmulPolicy::library, MatmulPolicy::handwritten}) {
+            std::int64_t timed_count = 0;
+            for (const MatmulCandidate& c : autotune_candidates<T>()) {
                 MatmulOptions timed = o;
-                timed.policy = p;
+                timed.policy = c.path;
                 timed.beta = 0;
+                const VariantScope variant(c.variant);
                 Event start(true, device), stop(true, device);
                 try {
                     run_matmul<T, Out>(a_in, b_in, scratch, timed, e, stream, device, site);
+                    // A heuristic result past the first that cuBLASLt does not have ran cuBLAS: the
+                    // library has no more candidates for this problem.
+                    if (c.path == MatmulPolicy::library && c.variant > 0 && !last_choice().implementation.starts_with("cublasLt")) break;
                     start.record(stream);
                     run_matmul<T, Out>(a_in, b_in, scratch, timed, e, stream, device, site);
                     stop.record(stream);
                     stop.synchronize();
                 } catch (const Unsupported&) {
-                    continue;  // a path this device cannot run (the tensor-core kernel below sm_80)
+                    continue;  // a candidate this device or dtype cannot run (tensor cores below sm_80, fp8 by hand)
                 }
+                ++timed_count;
                 const float ms = start.elapsed_ms(stop);
-                if (!winner || ms < best) winner = p, best = ms;
+                if (!winner || ms < best) winner = c, best = ms;
             }
+            if (!winner) fail<Unsupported>("matmul: autotuning found no candidate that runs this ", dtype_key<T>(o), " product");
             std::lock_guard lk(autotune_mutex());
-            autotune_cache()[key] = *winner;
-            ++autotune_counters().keys_tuned;
-            ++(*winner == MatmulPolicy::handwritten ? autotune_counters().handwritten_won : autotune_counters().library_won);
+            autotune_state().winners[key] = *winner;
+            append_autotune_file(key, *winner);
+            MatmulAutotuneStats& stats = autotune_counters();
+            ++stats.keys_tuned;
+            stats.candidates_timed += timed_count;
+            ++(winner->path == MatmulPolicy::handwritten ? stats.handwritten_won : stats.library_won);
         }
         MatmulOptions chosen = o;
-        chosen.policy = *winner;
+        chosen.policy = winner->path;
+        const VariantScope variant(winner->variant);
         run_matmul<T, Out>(a_in, b_in, out, chosen, e, stream, device, site);
-        last_choice().reason = reason;
+        last_choice().reason = "autotune: the fastest candidate for this problem, timed on its first call (or read from the autotune file)";
         return;
     }
     MatmulChoice& choice = choose_path<T>(o, device, out.shape()[rank - 2], out.shape()[rank - 1], e.fuses_anything());
     const bool hand = choice.path == MatmulPolicy::handwritten;
     const bool mma = hand && mma_kernel<T>(o);
-    constexpr bool int8 = std::is_same_v<T, std::int8_t>;
+    constexpr bool int8 = std::is_same_v<T, std::int8_t>, fp8 = fp8_type<T>;
+    if (fp8 && hand)
+        fail<Unsupported>("matmul: ", dtype_name<T>(), " products run on cuBLASLt only (MatmulPolicy::library, which automatic "
+                          "takes): tessel has no hand-written fp8 kernel");
     const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};
 
     Tensor<T> a = a_in, b = b_in;
     auto prepare = [&](Tensor<T>& t, bool is_b) {
-        // int8 takes mma_matmul's layouts on both paths: cuBLAS's int8 kernels want the same "TN" form.
-        const bool strict = mma || int8;
-        const bool usable = hand || int8 ? handwritten_takes(t, is_b, strict) : layout_of(matrix_arg(t)) != MatrixLayout::other;
-        if (!usable) t = hand || int8 ? packed(t, stream, is_b, strict) : t.to(on), ++choice.copied_operands;
+        // int8 and fp8 take mma_matmul's layouts on both paths: the libraries' int8 and fp8 kernels
+        // want the same "TN" form.
+        const bool strict = mma || int8 || fp8;
+        const bool usable = hand || strict ? handwritten_takes(t, is_b, strict) : layout_of(matrix_arg(t)) != MatrixLayout::other;
+        if (!usable) t = hand || strict ? packed(t, stream, is_b, strict) : t.to(on), ++choice.copied_operands;
     };
     prepare(a, false);
     prepare(b, true);
@@ -498,31 +528,52 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
                 epi.residual_batch_stride = m * n;
             }
             if (hand) {
-                choice.implementation = handwritten_gemm<T, Out>(device, stream, ma, mb, mcc, inner, epi, mma, site);
+                if constexpr (!fp8) choice.implementation = handwritten_gemm<T, Out>(device, stream, ma, mb, mcc, inner, epi, mma, site);
                 continue;
             }
+            const float* a_scale = e.a_scale ? e.a_scale->data() : nullptr;
+            const float* b_scale = e.b_scale ? e.b_scale->data() : nullptr;
             if (lt_takes<T, Out>(o, e.fuses_anything())) {
+                // An fp8 product's fused bias is bf16 for an fp32 output (cuBLASLt's type table);
+                // tessel's is the output's type, so that one is applied after.
+                const bool bias_type_ok = !fp8 || !std::is_same_v<Out, float> || !e.bias;
                 if (const auto fused = lt_epilogue(e, layout_of(mcc) == MatrixLayout::row);
-                    fused && lt_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, *fused, epi.bias, site)) {
+                    fused && bias_type_ok && lt_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, *fused, epi.bias, site, a_scale, b_scale)) {
                     choice.implementation = lt_epilogue_name(*fused);
                     continue;
                 }
             }
-            choice.implementation = "cublasGemmStridedBatchedEx";
+            // The product alone, by cuBLAS (cuBLASLt for fp8, which cuBLAS lacks), into `target`.
+            auto product_gemm = [&]<class Target>(const MatrixArg& target, const MatmulOptions& opts) {
+                if constexpr (fp8) {
+                    if (!lt_gemm<T, Target>(device, stream, ma, mb, target, inner, opts, CUBLASLT_EPILOGUE_DEFAULT, nullptr, site, a_scale,
+                                            b_scale))
+                        fail<Unsupported>("matmul: cuBLASLt has no ", dtype_name<T>(), " kernel for ", m, " x ", n, " x ", ma.cols,
+                                          " (M x N x K) on device ", device.index, " (sm_",
+                                          device_attribute<cudaDevAttrComputeCapabilityMajor>(device), "x): its fp8 kernels need sm_89 "
+                                          "or newer, K and the output's leading dim multiples of 16, 16-byte aligned operands, and "
+                                          "not both operands e5m2; pad the operands, or dequantise and multiply in bf16");
+                } else {
+                    library_gemm<T, Target>(device, stream, ma, mb, target, inner, opts, site);
+                }
+            };
+            choice.implementation = fp8 ? "cublasLtMatmul" : "cublasGemmStridedBatchedEx";
+            // cuBLASLt does not define K = 0: an fp8 product is then zeros, and the epilogue the rest.
+            const bool zero_k = fp8 && ma.cols == 0;
             // cuBLAS writes int8 products only as int32: anything else is an epilogue.
-            if (!e.fuses_anything() && (!int8 || std::is_same_v<Out, int>)) {
-                library_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, site);
+            if (!zero_k && !e.fuses_anything() && (!int8 || std::is_same_v<Out, int>)) {
+                product_gemm.template operator()<Out>(mcc, o);
                 continue;
             }
             // cuBLAS cannot fuse the rest: it writes alpha A B (and, into an fp32/fp64 output, beta C)
             // and one more launch applies the epilogue, reading a 16-bit output's product from an
             // fp32 buffer (an int8 product's from int32) so the result is rounded once, as on the
             // fused path.
-            const bool in_place = std::is_same_v<Out, Product>;
+            const bool in_place = std::is_same_v<Out, Product> && !zero_k;
             Tensor<Product> product;
             MatrixArg mp = mcc;
             if (in_place) {
-                library_gemm<T, Out>(device, stream, ma, mb, mcc, inner, o, site);
+                product_gemm.template operator()<Out>(mcc, o);
                 epi.alpha = Acc(1);
                 epi.beta = Acc(0);
             } else {
@@ -531,7 +582,8 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
                 MatmulOptions plain = o;  // alpha and beta are the epilogue's (an int8 product's alpha need not be an integer)
                 plain.alpha = 1;
                 plain.beta = 0;
-                library_gemm<T, Product>(device, stream, ma, mb, mp, inner, plain, site);
+                if (zero_k) rt::memset_async(product.data(), 0, std::size_t(inner * m * n) * sizeof(Product), stream);
+                else product_gemm.template operator()<Product>(mp, plain);
             }
             DeviceGuard guard(device);
             const std::int64_t total = inner * m * n;
@@ -540,7 +592,8 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
                    static_cast<const Product*>(mp.data), checked_int(leading_dim(mp, MatrixLayout::row), "leading dimension"),
                    mp.batch_stride, static_cast<Out*>(const_cast<void*>(mcc.data)),
                    checked_int(leading_dim(mcc, MatrixLayout::row), "leading dimension"), mcc.batch_stride, epi);
-            choice.implementation = in_place ? "cublasGemmStridedBatchedEx + gemm_epilogue_apply"
+            choice.implementation = fp8        ? "cublasLtMatmul (fp32 product) + gemm_epilogue_apply"
+                                  : in_place ? "cublasGemmStridedBatchedEx + gemm_epilogue_apply"
                                   : int8     ? "cublasGemmStridedBatchedEx (int32 product) + gemm_epilogue_apply"
                                              : "cublasGemmStridedBatchedEx (fp32 product) + gemm_epilogue_apply";
         }

@@ -30,13 +30,15 @@ using kernels::Activation;
 template <class Out>
 using epilogue_operand_t = std::conditional_t<std::is_integral_v<Out>, float, Out>;
 
-// What is fused into a product's store: out = activation(alpha * row_scale[row] * col_scale[col] *
-// (a @ b) + beta out + bias) + residual, in the accumulator type, rounded once. The scales (fp32,
-// [M] and [N]; int8 inputs only) dequantise an int8 product: per token along rows, per channel along
-// columns. bias is
-// one value per output column (torch's linear: shape [N]) or, with bias_per_row, per row ([M]),
-// shared by every batch entry; residual has the output's shape. Bias and residual have the output's
-// dtype (fp32 for an int8 output). An int32 output is the exact product: alpha and beta only.
+// What is fused into a product's store: out = activation(alpha * a_scale * b_scale * row_scale[row] *
+// col_scale[col] * (a @ b) + beta out + bias) + residual, in the accumulator type, rounded once.
+// row_scale and col_scale (fp32, [M] and [N]; int8 and fp8 inputs only) dequantise a quantised
+// product: per token along rows, per channel along columns. a_scale and b_scale (fp32, one element
+// each, in device memory; fp8 inputs only) are per-tensor scales, as torch._scaled_mm's scale_a and
+// scale_b: read by the device, so scales computed on it need no synchronisation. bias is one value
+// per output column (torch's linear: shape [N]) or, with bias_per_row, per row ([M]), shared by every
+// batch entry; residual has the output's shape. Bias and residual have the output's dtype (fp32 for
+// an int8 output). An int32 output is the exact product: alpha and beta only.
 template <Element Out>
 struct MatmulEpilogue {
     using Operand = epilogue_operand_t<Out>;
@@ -46,6 +48,10 @@ struct MatmulEpilogue {
     std::optional<Tensor<Operand>> residual = std::nullopt;
     std::optional<Tensor<float>> row_scale = std::nullopt;
     std::optional<Tensor<float>> col_scale = std::nullopt;
+    std::optional<Tensor<float>> a_scale = std::nullopt;
+    std::optional<Tensor<float>> b_scale = std::nullopt;
+    // Whether anything is applied after the product (the per-tensor scales are part of the product:
+    // cuBLASLt applies them inside it).
     bool fuses_anything() const { return bias || activation != Activation::none || residual || row_scale || col_scale; }
 };
 

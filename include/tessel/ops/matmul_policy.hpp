@@ -92,18 +92,20 @@ inline void set_matmul_policy(MatmulPolicy p) { ops::detail::policy_override().s
 // What the calling thread's last matmul ran, and why.
 inline MatmulChoice last_matmul_choice() { return ops::detail::last_choice(); }
 
-
-
 // Autotuning (like torch.backends.cudnn.benchmark): with it on, the first `automatic` call of each
-// problem key (device, dtypes, M, N, K, batch count, operand layouts, epilogue) times the
-// hand-written kernel and the library on it with events and keeps the faster for the rest of the
-// process; later calls of the key look the winner up. Off by default; set_matmul_autotune(true) or
-// TESSEL_MATMUL_AUTOTUNE=1.
+// problem key (device, dtypes, M, N, K, batch count, operand layouts, epilogue) times the candidates
+// on it with events (the hand-written kernel with each of its tile classes, the library with each
+// of cuBLASLt's first heuristic results where cuBLASLt runs it) and keeps the fastest for the rest of
+// the process, and in a file if one is set (set_matmul_autotune_file in ops/matmul_autotune.hpp,
+// TESSEL_MATMUL_AUTOTUNE_FILE), which later processes read instead of timing again. Off by default;
+// set_matmul_autotune(true) or TESSEL_MATMUL_AUTOTUNE=1.
 struct MatmulAutotuneStats {
-    std::int64_t keys_tuned = 0;       // problems timed
-    std::int64_t handwritten_won = 0;  // of those, how many the hand-written kernel won
+    std::int64_t keys_tuned = 0;        // problems timed
+    std::int64_t candidates_timed = 0;  // candidates timed for them
+    std::int64_t handwritten_won = 0;   // of the problems, how many a hand-written kernel won
     std::int64_t library_won = 0;
-    std::int64_t cache_hits = 0;       // calls that followed a cached winner
+    std::int64_t cache_hits = 0;        // calls that followed a known winner
+    std::int64_t loaded_from_file = 0;  // winners read from the autotune file
 };
 
 namespace ops::detail {

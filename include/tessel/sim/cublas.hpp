@@ -58,6 +58,7 @@ TESSEL_API std::size_t workspace_bytes(cublasHandle_t handle);
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "../lib/data_type.hpp"
 #include "runtime.hpp"
 #include "warp_matrix.hpp"  // f16/bf16 widening, cvt.rna.tf32
 
@@ -98,19 +99,7 @@ inline void store(cudaDataType t, void* base, std::int64_t i, double v) {
         default: break;
     }
 }
-inline std::size_t type_bytes(cudaDataType t) {
-    switch (t) {
-        case CUDA_R_8I:
-        case CUDA_R_8F_E4M3:
-        case CUDA_R_8F_E5M2: return 1;
-        case CUDA_R_16F:
-        case CUDA_R_16BF: return 2;
-        case CUDA_R_32F:
-        case CUDA_R_32I: return 4;
-        case CUDA_R_64F: return 8;
-        default: return 0;
-    }
-}
+inline std::size_t type_bytes(cudaDataType t) { return data_type_bytes(t); }
 
 // The type combinations of cublasGemmEx's table that tessel uses (compute type, A/B type, C type).
 inline bool supported(cublasComputeType_t compute, cudaDataType ab, cudaDataType c) {

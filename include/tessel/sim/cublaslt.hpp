@@ -121,6 +121,7 @@ struct AlgoState {
     std::uint32_t magic = 0x4c74416c;
     std::uint32_t align[4] = {};  // A, B, C, D: the preference's MIN_ALIGNMENT_*_BYTES
     std::uint32_t bias_align = 256;
+    std::uint32_t index = 0;  // which of the heuristic's results (they compute the same product)
 };
 static_assert(sizeof(DescState) <= sizeof(cublasLtMatmulDescOpaque_t) && sizeof(LayoutState) <= sizeof(cublasLtMatrixLayoutOpaque_t) &&
               sizeof(PrefState) <= sizeof(cublasLtMatmulPreferenceOpaque_t) && sizeof(AlgoState) <= sizeof(cublasLtMatmulAlgo_t));
@@ -489,12 +490,17 @@ TESSEL_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle
     // "Routines that don't dereference this pointer, like cublasLtMatmulAlgoGetHeuristic(), depend
     // on its value to determine expected pointer alignment."
     algo.bias_align = detail::alignment(p.d.bias, 0, 1);
-    results[0] = cublasLtMatmulHeuristicResult_t{};
-    new (static_cast<void*>(results[0].algo.data)) detail::AlgoState(algo);
-    results[0].workspaceSize = 0;
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.f;
-    *returned = 1;
+    // Two algorithms, best first, as the library returns several: they compute the same product, so
+    // a caller that times the heuristic's results (matmul's autotune) runs its loop here too.
+    *returned = std::min(requested, 2);
+    for (int i = 0; i < *returned; ++i) {
+        algo.index = std::uint32_t(i);
+        results[i] = cublasLtMatmulHeuristicResult_t{};
+        new (static_cast<void*>(results[i].algo.data)) detail::AlgoState(algo);
+        results[i].workspaceSize = 0;
+        results[i].state = CUBLAS_STATUS_SUCCESS;
+        results[i].wavesCount = 1.f;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
