@@ -1,19 +1,30 @@
-// tessel-info: the devices this build sees, like `nvidia-smi --query-gpu=...`, plus the runtime and
-// driver versions with a compatibility verdict. On the sim it describes the simulated devices.
-//   tessel-info          a table
-//   tessel-info --json   the same as JSON (for scripts and bench reports)
+// tessel-info: the devices this build sees, like nvidia-smi, plus the runtime and driver versions
+// with a compatibility verdict. On the sim it describes the simulated devices (NVML's readings from
+// the sim's stand-in).
+//   tessel-info          a table: properties, and NVML's temperature, power, utilisation, memory
+//   tessel-info --json   the properties as JSON (for scripts and bench reports)
+//   tessel-info --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch SECONDS [--count N]]
+//                        NVML readings by nvidia-smi's field names (--query=help lists them),
+//                        again every SECONDS (N times, or until interrupted)
+//   tessel-info --processes                 the compute processes on each device
+//   tessel-info --prometheus [FILE]         the readings in Prometheus's text format, FILE written
+//                        atomically (node-exporter's textfile collector), or stdout
 //   tessel-info --matmul M N K DTYPE [fused]   what MatmulPolicy::automatic picks for that product
-//                        on device 0 (DTYPE fp32, fp64, fp16 or bf16; fused: with a bias/activation
-//                        epilogue), and why
+//                        on device 0 (DTYPE fp32, tf32, fp64, fp16, bf16, int8 or e4m3; fused: with
+//                        a bias/activation epilogue), and why
 #include <tessel/ops/matmul_policy.hpp>
 #include <tessel/runtime/device.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <tessel/core/env.hpp>
+
+#include "info_nvml.hpp"
 
 namespace {
 
@@ -56,6 +67,21 @@ void print_table(const tessel::Versions& v) {
     }
     std::printf("%-3s %-40s %-4s %5s %11s %11s %8s %13s %9s %8s %9s\n", "idx", "name", "cc", "SMs", "mem total",
                 "mem free", "L2", "smem/blk(opt)", "SM clock", "bus", "BW (GB/s)");
+    const auto table_end = [] {
+        std::printf("\nNVML: %s\n", tessel::nvml::available() ? "available" : tessel::nvml::unavailable_reason().c_str());
+        if (!tessel::nvml::available()) return;
+        std::printf("%-3s %6s %17s %6s %21s  %s\n", "idx", "temp", "power / limit", "util", "memory used / total", "clock reasons");
+        for (int i = 0; i < tessel::device_count(); ++i) {
+            const auto r = tessel::nvml::read(tessel::Device{i});
+            std::string reasons;
+            for (const auto& n : tessel::nvml::clock_reason_names(r.clock_event_reasons.value_or(0))) reasons += (reasons.empty() ? "" : ", ") + n;
+            std::printf("%-3d %4s C %7s / %5s W %5s%% %9s / %7s MiB  %s\n", i, info::as_text(r.temperature_c).value_or("n/a").c_str(),
+                        info::as_text(r.power_w).value_or("n/a").c_str(), info::as_text(r.power_limit_w).value_or("n/a").c_str(),
+                        info::as_text(r.gpu_utilization_pct).value_or("n/a").c_str(),
+                        info::as_text(r.memory_used_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(),
+                        info::as_text(r.memory_total_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(), reasons.empty() ? "-" : reasons.c_str());
+        }
+    };
     for (int i = 0; i < tessel::device_count(); ++i) {
         const auto p = tessel::properties(tessel::Device{i});
         char smem[64];
@@ -65,6 +91,7 @@ void print_table(const tessel::Versions& v) {
                     double(p.free_memory) / (1 << 30), p.l2_cache_bytes / 1024, smem, p.clock_khz / 1000, p.memory_bus_bits,
                     p.theoretical_bandwidth_gbs(), p.simulated ? " (nominal)" : "");
     }
+    table_end();
 }
 
 }  // namespace
@@ -73,8 +100,10 @@ void print_table(const tessel::Versions& v) {
 int explain_matmul(int argc, char** argv) {
     const bool fused = argc == 7 && std::strcmp(argv[6], "fused") == 0;
     const std::string dtype = argc >= 6 ? argv[5] : "";
-    if ((argc != 6 && !fused) || (dtype != "fp32" && dtype != "fp64" && dtype != "fp16" && dtype != "bf16")) {
-        std::fprintf(stderr, "usage: tessel-info --matmul M N K fp32|fp64|fp16|bf16 [fused]\n");
+    const bool known = dtype == "fp32" || dtype == "tf32" || dtype == "fp64" || dtype == "fp16" || dtype == "bf16" || dtype == "int8" ||
+                       dtype == "e4m3";
+    if ((argc != 6 && !fused) || !known) {
+        std::fprintf(stderr, "usage: tessel-info --matmul M N K fp32|tf32|fp64|fp16|bf16|int8|e4m3 [fused]\n");
         return 2;
     }
     const auto dim = [](const char* text) { return std::int64_t(tessel::env::parse_integer("tessel-info --matmul", text, 1, std::int64_t(1) << 40)); };
@@ -90,16 +119,73 @@ int explain_matmul(int argc, char** argv) {
     return 0;
 }
 
+// Without a device there is nothing to read: the reason, and 77 (what ctest takes as skipped).
+int no_device() {
+    std::fprintf(stderr, "tessel-info: %s\n", tessel::unavailable_reason().c_str());
+    return 77;
+}
+
+// tessel-info --query=... [--format=...] [--watch SECONDS [--count N]]
+int query(int argc, char** argv) {
+    std::string fields, format = "csv";
+    double watch = 0;
+    long count = -1;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&](const char* flag) -> std::string {
+            const std::string f = flag;
+            if (a.rfind(f + "=", 0) == 0) return a.substr(f.size() + 1);
+            if (a == f && i + 1 < argc) return argv[++i];
+            throw std::invalid_argument(f + " needs a value");
+        };
+        if (a.rfind("--query", 0) == 0) fields = value("--query");
+        else if (a.rfind("--format", 0) == 0) format = value("--format");
+        else if (a.rfind("--watch", 0) == 0) watch = std::stod(value("--watch"));
+        else if (a.rfind("--count", 0) == 0) count = std::stol(value("--count"));
+        else throw std::invalid_argument("unknown argument '" + a + "'");
+    }
+    if (fields == "help") {
+        for (const info::Field& f : info::fields()) std::printf("%s%s%s\n", f.name, *f.unit ? "  " : "", f.unit);
+        return 0;
+    }
+    const auto fs = info::parse_fields(fields);
+    info::Format fmt = info::parse_format(format);
+    if (!(watch >= 0)) throw std::invalid_argument("--watch: seconds must not be negative");
+    if (!tessel::is_available()) return no_device();
+    for (long n = 0; count < 0 || n < count; ++n) {
+        info::print_query(fs, fmt);
+        fmt.header = false;  // once, as nvidia-smi -l does
+        if (watch <= 0) break;
+        if (count < 0 || n + 1 < count) std::this_thread::sleep_for(std::chrono::duration<double>(watch));
+    }
+    return 0;
+}
+
 int main(int argc, char** argv) try {
     if (argc > 1 && std::strcmp(argv[1], "--matmul") == 0) return explain_matmul(argc, argv);
+    if (argc > 1 && std::strncmp(argv[1], "--query", 7) == 0) return query(argc, argv);
+    if (argc == 2 && std::strcmp(argv[1], "--processes") == 0) {
+        if (!tessel::is_available()) return no_device();
+        info::print_processes();
+        return 0;
+    }
+    if (argc >= 2 && argc <= 3 && std::strcmp(argv[1], "--prometheus") == 0) {
+        if (!tessel::is_available()) return no_device();
+        info::write_prometheus(argc == 3 ? argv[2] : "-");
+        return 0;
+    }
     const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
     if (argc > 1 && !json) {
-        std::fprintf(stderr, "usage: tessel-info [--json | --matmul M N K DTYPE [fused]]\n");
+        std::fprintf(stderr, "usage: tessel-info [--json | --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch S [--count N]] |\n"
+                             "                    --processes | --prometheus [FILE] | --matmul M N K DTYPE [fused]]\n");
         return 2;
     }
     const auto v = tessel::versions();
     json ? print_json(v) : print_table(v);
     return tessel::is_available() ? 0 : 1;
+} catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "tessel-info: %s\n", e.what());
+    return 2;
 } catch (const std::exception& e) {
     std::fprintf(stderr, "tessel-info: %s\n", e.what());
     return 1;

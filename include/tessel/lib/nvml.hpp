@@ -1,44 +1,133 @@
-// NVML, loaded at run time (dlopen of libnvidia-ml.so.1), for what the CUDA runtime does not report:
-// why the clocks are being held down. Without a driver, or on the sim, every query answers "unknown"
-// instead of failing, so programs using it start everywhere.
+// NVML for tessel: its entry points, loaded at run time (dlopen of libnvidia-ml.so.1 on CUDA, the
+// sim's stand-in sim/nvml.hpp on the sim), and what tessel reads through them: a device's readings
+// (DeviceReading: temperature, power, utilisation, memory, clocks and why they are held down, ECC
+// counts, PCIe link), its compute processes, and XID events (XidWatch). Without a driver, or where
+// NVML refuses, a reading is absent and available()/unavailable_reason() say why: never an abort,
+// so programs using it start everywhere.
 #pragma once
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "../runtime/device.hpp"
+#include "nvml_abi.hpp"
+
+#if defined(TESSEL_BACKEND_SIM)
+#include "../sim/nvml.hpp"
+#endif
 
 namespace tessel::nvml {
 
 namespace detail {
-using nvmlDevice = void*;
-// The few entry points used, resolved once; all null when NVML is not there.
-struct Api {
-    int (*init)() = nullptr;
-    int (*handle_by_pci)(const char*, nvmlDevice*) = nullptr;
-    int (*reasons)(nvmlDevice, unsigned long long*) = nullptr;
+struct Loaded {
+    abi::Api api;
     bool ok = false;
+    std::string reason;  // why not, when !ok
 };
-inline const Api& api() {
-    static const Api a = [] {
-        Api r;
-        if (backend == Backend::sim) return r;
+
+template <class F>
+void resolve(void* lib, F& slot, const char* name) {
+    slot = reinterpret_cast<F>(::dlsym(lib, name));
+}
+
+inline const Loaded& loaded() {
+    static const Loaded l = [] {
+        Loaded r;
+        abi::Api& a = r.api;
+#if defined(TESSEL_BACKEND_SIM)
+        namespace s = ::tessel::sim::nvml;
+        a = {s::nvmlInit_v2, s::nvmlErrorString, s::nvmlDeviceGetCount_v2, s::nvmlDeviceGetHandleByIndex_v2, nullptr,
+             s::nvmlDeviceGetName, s::nvmlDeviceGetTemperature, s::nvmlDeviceGetPowerUsage, s::nvmlDeviceGetEnforcedPowerLimit,
+             s::nvmlDeviceGetUtilizationRates, s::nvmlDeviceGetMemoryInfo, s::nvmlDeviceGetComputeRunningProcesses_v3,
+             s::nvmlDeviceGetProcessUtilization, s::nvmlDeviceGetClockInfo, s::nvmlDeviceGetMaxClockInfo,
+             s::nvmlDeviceGetCurrentClocksEventReasons, s::nvmlDeviceGetTotalEccErrors, s::nvmlDeviceGetCurrPcieLinkGeneration,
+             s::nvmlDeviceGetCurrPcieLinkWidth, s::nvmlEventSetCreate, s::nvmlDeviceRegisterEvents, s::nvmlEventSetWait_v2,
+             s::nvmlEventSetFree, s::nvmlSystemGetDriverVersion};
+#else
         void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (!lib) return r;
-        r.init = reinterpret_cast<int (*)()>(::dlsym(lib, "nvmlInit_v2"));
-        r.handle_by_pci = reinterpret_cast<int (*)(const char*, nvmlDevice*)>(::dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-        r.reasons = reinterpret_cast<int (*)(nvmlDevice, unsigned long long*)>(::dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons"));
-        if (!r.reasons)
-            r.reasons = reinterpret_cast<int (*)(nvmlDevice, unsigned long long*)>(::dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
-        r.ok = r.init && r.handle_by_pci && r.reasons && r.init() == 0;
+        if (!lib) {
+            r.reason = "NVML (libnvidia-ml.so.1) is not installed: no NVIDIA driver on this machine";
+            return r;
+        }
+        resolve(lib, a.init, "nvmlInit_v2");
+        resolve(lib, a.error_string, "nvmlErrorString");
+        resolve(lib, a.device_count, "nvmlDeviceGetCount_v2");
+        resolve(lib, a.handle_by_index, "nvmlDeviceGetHandleByIndex_v2");
+        resolve(lib, a.handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
+        resolve(lib, a.name, "nvmlDeviceGetName");
+        resolve(lib, a.temperature, "nvmlDeviceGetTemperature");
+        resolve(lib, a.power_usage, "nvmlDeviceGetPowerUsage");
+        resolve(lib, a.enforced_power_limit, "nvmlDeviceGetEnforcedPowerLimit");
+        resolve(lib, a.utilization_rates, "nvmlDeviceGetUtilizationRates");
+        resolve(lib, a.memory_info, "nvmlDeviceGetMemoryInfo");
+        resolve(lib, a.compute_running_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+        resolve(lib, a.process_utilization, "nvmlDeviceGetProcessUtilization");
+        resolve(lib, a.clock_info, "nvmlDeviceGetClockInfo");
+        resolve(lib, a.max_clock_info, "nvmlDeviceGetMaxClockInfo");
+        resolve(lib, a.clocks_event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+        if (!a.clocks_event_reasons) resolve(lib, a.clocks_event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");  // before 12.2
+        resolve(lib, a.total_ecc_errors, "nvmlDeviceGetTotalEccErrors");
+        resolve(lib, a.pcie_link_generation, "nvmlDeviceGetCurrPcieLinkGeneration");
+        resolve(lib, a.pcie_link_width, "nvmlDeviceGetCurrPcieLinkWidth");
+        resolve(lib, a.event_set_create, "nvmlEventSetCreate");
+        resolve(lib, a.register_events, "nvmlDeviceRegisterEvents");
+        resolve(lib, a.event_set_wait, "nvmlEventSetWait_v2");
+        resolve(lib, a.event_set_free, "nvmlEventSetFree");
+        resolve(lib, a.driver_version, "nvmlSystemGetDriverVersion");
+        if (!a.init || !a.handle_by_pci_bus_id) {
+            r.reason = "libnvidia-ml.so.1 lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId_v2 (a driver older than NVML 12's)";
+            return r;
+        }
+#endif
+        if (const abi::nvmlReturn_t s = a.init(); s != abi::NVML_SUCCESS) {
+            r.reason = std::string("nvmlInit failed: ") + (a.error_string ? a.error_string(s) : "error " + std::to_string(s));
+            return r;
+        }
+        r.ok = true;
         return r;
     }();
-    return a;
+    return l;
+}
+
+// NVML's handle for tessel's device d (by PCI bus id on CUDA: NVML and CUDA may order devices
+// differently; by index on the sim), or null.
+inline abi::nvmlDevice_t handle(Device d) {
+    const Loaded& l = loaded();
+    if (!l.ok) return nullptr;
+    abi::nvmlDevice_t h = nullptr;
+#if defined(TESSEL_BACKEND_CUDA)
+    char pci[32] = {};
+    if (rt::api::cudaDeviceGetPCIBusId(pci, sizeof pci, d.index) != cudaSuccess) {
+        (void)rt::api::cudaGetLastError();
+        return nullptr;
+    }
+    if (l.api.handle_by_pci_bus_id(pci, &h) != abi::NVML_SUCCESS) return nullptr;
+#else
+    if (l.api.handle_by_index(unsigned(d.index), &h) != abi::NVML_SUCCESS) return nullptr;
+#endif
+    return h;
+}
+
+// Calls an entry point that may be missing; the value when it answered NVML_SUCCESS.
+template <class T, class F, class... Args>
+std::optional<T> query(F fn, Args... args) {
+    T v{};
+    if (!fn || fn(args..., &v) != abi::NVML_SUCCESS) return std::nullopt;
+    return v;
 }
 }  // namespace detail
+
+// Whether NVML answers on this machine (always on the sim), and if not, why.
+inline bool available() { return detail::loaded().ok; }
+inline std::string unavailable_reason() { return detail::loaded().ok ? std::string() : detail::loaded().reason; }
+// The entry points, for what tessel does not wrap (check available() first).
+inline const abi::Api& api() { return detail::loaded().api; }
 
 // NVML's clock event (throttle) reason bits, as documented for nvmlDeviceGetCurrentClocksEventReasons.
 enum ClockReason : std::uint64_t {
@@ -50,40 +139,166 @@ enum ClockReason : std::uint64_t {
     sw_thermal = 0x20,
     hw_thermal = 0x40,
     hw_power_brake = 0x80,
+    display_clocks = 0x100,
 };
 
-// The reasons device `d`'s clocks are below their maximum now; nullopt when NVML cannot tell.
-inline std::optional<std::uint64_t> clock_reasons(Device d) {
-#if defined(TESSEL_BACKEND_CUDA)
-    const auto& a = detail::api();
-    if (!a.ok) return std::nullopt;
-    char pci[32] = {};
-    if (rt::api::cudaDeviceGetPCIBusId(pci, sizeof pci, d.index) != cudaSuccess) {
-        (void)rt::api::cudaGetLastError();
-        return std::nullopt;
-    }
-    detail::nvmlDevice dev = nullptr;
-    unsigned long long bits = 0;
-    if (a.handle_by_pci(pci, &dev) != 0 || a.reasons(dev, &bits) != 0) return std::nullopt;
-    return std::uint64_t(bits);
-#else
-    (void)d;
-    return std::nullopt;
-#endif
+// The names of the reasons in `bits` (nvidia-smi's words), in bit order.
+inline std::vector<std::string> clock_reason_names(std::uint64_t bits) {
+    static const std::pair<std::uint64_t, const char*> names[] = {
+        {gpu_idle, "idle"},
+        {applications_clocks, "applications clocks setting"},
+        {sw_power_cap, "power cap"},
+        {hw_slowdown, "hardware slowdown"},
+        {sync_boost, "sync boost"},
+        {sw_thermal, "software thermal slowdown"},
+        {hw_thermal, "hardware thermal slowdown"},
+        {hw_power_brake, "power brake"},
+        {display_clocks, "display clock setting"}};
+    std::vector<std::string> out;
+    for (const auto& [bit, name] : names)
+        if (bits & bit) out.emplace_back(name);
+    if (bits & ~std::uint64_t(0x1FF)) out.emplace_back("other (bits " + std::to_string(bits & ~std::uint64_t(0x1FF)) + ")");
+    return out;
 }
 
 // The reasons that slow a benchmark down (power, thermal, hardware slowdown), as text; empty if none.
 inline std::string throttling(std::uint64_t bits) {
     std::string s;
-    auto add = [&](std::uint64_t bit, const char* name) {
-        if (bits & bit) s += (s.empty() ? "" : ", ") + std::string(name);
-    };
-    add(sw_power_cap, "power cap");
-    add(hw_slowdown, "hardware slowdown");
-    add(sw_thermal, "software thermal slowdown");
-    add(hw_thermal, "hardware thermal slowdown");
-    add(hw_power_brake, "power brake");
+    for (const std::string& n : clock_reason_names(bits & (sw_power_cap | hw_slowdown | sw_thermal | hw_thermal | hw_power_brake)))
+        s += (s.empty() ? "" : ", ") + n;
     return s;
 }
+
+// One device's state as NVML reports it; a field NVML does not report for this device is empty.
+struct DeviceReading {
+    int device = 0;                                     // tessel's index
+    std::chrono::system_clock::time_point time;         // when it was read
+    std::optional<unsigned> temperature_c;
+    std::optional<double> power_w, power_limit_w;
+    std::optional<unsigned> gpu_utilization_pct;        // the share of the last sample period a kernel ran
+    std::optional<unsigned> memory_utilization_pct;     // the share the memory controller was busy
+    std::optional<std::uint64_t> memory_used_bytes, memory_total_bytes;
+    std::optional<unsigned> sm_clock_mhz, memory_clock_mhz, sm_clock_max_mhz, memory_clock_max_mhz;
+    std::optional<std::uint64_t> clock_event_reasons;   // ClockReason bits
+    std::optional<std::uint64_t> ecc_corrected, ecc_uncorrected;  // volatile counts (since the driver loaded)
+    std::optional<unsigned> pcie_generation, pcie_width;
+};
+
+// Reads every field NVML gives for device d (all empty when NVML is unavailable).
+inline DeviceReading read(Device d) {
+    DeviceReading r;
+    r.device = d.index;
+    r.time = std::chrono::system_clock::now();
+    const abi::nvmlDevice_t h = detail::handle(d);
+    if (!h) return r;
+    const abi::Api& a = api();
+    using detail::query;
+    r.temperature_c = query<unsigned>(a.temperature, h, abi::NVML_TEMPERATURE_GPU);
+    if (auto mw = query<unsigned>(a.power_usage, h)) r.power_w = *mw / 1000.0;
+    if (auto mw = query<unsigned>(a.enforced_power_limit, h)) r.power_limit_w = *mw / 1000.0;
+    if (auto u = query<abi::nvmlUtilization_t>(a.utilization_rates, h)) r.gpu_utilization_pct = u->gpu, r.memory_utilization_pct = u->memory;
+    if (auto m = query<abi::nvmlMemory_t>(a.memory_info, h)) r.memory_used_bytes = m->used, r.memory_total_bytes = m->total;
+    r.sm_clock_mhz = query<unsigned>(a.clock_info, h, abi::NVML_CLOCK_SM);
+    r.memory_clock_mhz = query<unsigned>(a.clock_info, h, abi::NVML_CLOCK_MEM);
+    r.sm_clock_max_mhz = query<unsigned>(a.max_clock_info, h, abi::NVML_CLOCK_SM);
+    r.memory_clock_max_mhz = query<unsigned>(a.max_clock_info, h, abi::NVML_CLOCK_MEM);
+    r.clock_event_reasons = query<unsigned long long>(a.clocks_event_reasons, h);
+    r.ecc_corrected = query<unsigned long long>(a.total_ecc_errors, h, abi::NVML_MEMORY_ERROR_TYPE_CORRECTED, abi::NVML_VOLATILE_ECC);
+    r.ecc_uncorrected = query<unsigned long long>(a.total_ecc_errors, h, abi::NVML_MEMORY_ERROR_TYPE_UNCORRECTED, abi::NVML_VOLATILE_ECC);
+    r.pcie_generation = query<unsigned>(a.pcie_link_generation, h);
+    r.pcie_width = query<unsigned>(a.pcie_link_width, h);
+    return r;
+}
+
+// A process using a device, as nvidia-smi's process table shows it.
+struct ProcessReading {
+    unsigned pid = 0;
+    std::uint64_t memory_bytes = 0;
+    std::optional<unsigned> sm_utilization_pct, memory_utilization_pct;  // its latest sample, where NVML has one
+};
+
+// The compute processes on device d (empty when NVML is unavailable or refuses).
+inline std::vector<ProcessReading> processes(Device d) {
+    std::vector<ProcessReading> out;
+    const abi::nvmlDevice_t h = detail::handle(d);
+    const abi::Api& a = api();
+    if (!h || !a.compute_running_processes) return out;
+    std::vector<abi::nvmlProcessInfo_t> infos(8);
+    for (int attempt = 0; attempt < 4; ++attempt) {  // the list can grow between the calls
+        unsigned count = unsigned(infos.size());
+        const abi::nvmlReturn_t s = a.compute_running_processes(h, &count, infos.data());
+        if (s == abi::NVML_ERROR_INSUFFICIENT_SIZE) {
+            infos.resize(count + 8);
+            continue;
+        }
+        if (s != abi::NVML_SUCCESS) return out;
+        for (unsigned i = 0; i < count; ++i) out.push_back({infos[i].pid, infos[i].usedGpuMemory, std::nullopt, std::nullopt});
+        break;
+    }
+    if (a.process_utilization && !out.empty()) {
+        std::vector<abi::nvmlProcessUtilizationSample_t> samples(out.size() + 8);
+        unsigned count = unsigned(samples.size());
+        if (a.process_utilization(h, samples.data(), &count, 0) == abi::NVML_SUCCESS)
+            for (unsigned i = 0; i < count; ++i)
+                for (ProcessReading& p : out)
+                    if (p.pid == samples[i].pid) p.sm_utilization_pct = samples[i].smUtil, p.memory_utilization_pct = samples[i].memUtil;
+    }
+    return out;
+}
+
+// The reasons device d's clocks are below their maximum now; nullopt when NVML cannot tell.
+inline std::optional<std::uint64_t> clock_reasons(Device d) {
+    const abi::nvmlDevice_t h = detail::handle(d);
+    if (!h) return std::nullopt;
+    if (auto bits = detail::query<unsigned long long>(api().clocks_event_reasons, h)) return std::uint64_t(*bits);
+    return std::nullopt;
+}
+
+// XID critical-error events of some devices (NVML's event set): poll() returns the events that
+// arrived within its timeout. Where NVML cannot deliver them (no driver, or a device without
+// support), supported() is false and poll() returns nothing.
+class XidWatch {
+public:
+    explicit XidWatch(const std::vector<Device>& devices) {
+        const abi::Api& a = api();
+        if (!available() || !a.event_set_create || !a.register_events || !a.event_set_wait) return;
+        if (a.event_set_create(&set_) != abi::NVML_SUCCESS) return;
+        for (Device d : devices) {
+            const abi::nvmlDevice_t h = detail::handle(d);
+            if (h && a.register_events(h, abi::nvmlEventTypeXidCriticalError, set_) == abi::NVML_SUCCESS) {
+                registered_.push_back({h, d.index});
+            }
+        }
+    }
+    ~XidWatch() {
+        if (set_ && api().event_set_free) (void)api().event_set_free(set_);
+    }
+    XidWatch(const XidWatch&) = delete;
+    XidWatch& operator=(const XidWatch&) = delete;
+
+    bool supported() const { return !registered_.empty(); }
+
+    struct Event {
+        int device;
+        std::uint64_t xid;
+    };
+    // The events that arrive within `timeout` (at most 64 per call).
+    std::vector<Event> poll(std::chrono::milliseconds timeout) {
+        std::vector<Event> out;
+        if (!supported()) return out;
+        abi::nvmlEventData_t data{};
+        unsigned wait_ms = unsigned(std::max<std::int64_t>(0, timeout.count()));
+        while (out.size() < 64 && api().event_set_wait(set_, &data, wait_ms) == abi::NVML_SUCCESS) {
+            for (const auto& [h, index] : registered_)
+                if (h == data.device) out.push_back({index, data.eventData});
+            wait_ms = 0;  // then only what is already queued
+        }
+        return out;
+    }
+
+private:
+    abi::nvmlEventSet_t set_ = nullptr;
+    std::vector<std::pair<abi::nvmlDevice_t, int>> registered_;
+};
 
 }  // namespace tessel::nvml

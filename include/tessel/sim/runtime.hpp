@@ -97,7 +97,7 @@ namespace tessel::sim::api {
 namespace detail {
 // Queues work on a stream with the legacy default stream's implicit ordering: work on the default
 // stream waits for every blocking stream of its device, and work on a blocking stream waits for it.
-TESSEL_API std::uint64_t enqueue(CUstream_st* s, std::function<void()> task) {
+TESSEL_API std::uint64_t enqueue(CUstream_st* s, std::function<void()> task, bool busy) {
     // shared_ptr: a waited-for stream may be destroyed before the wait runs.
     std::vector<std::pair<std::shared_ptr<CUstream_st>, std::uint64_t>> waits;
     {
@@ -114,7 +114,7 @@ TESSEL_API std::uint64_t enqueue(CUstream_st* s, std::function<void()> task) {
         s->push([waits] {
             for (auto& [stream, seq] : waits) stream->wait_for(seq);
         });
-    return s->push(std::move(task));
+    return s->push(std::move(task), busy);
 }
 
 inline cudaError_t report(CUstream_st* s) {
@@ -416,7 +416,7 @@ TESSEL_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n
     if (src_dev)
         if (auto e = detail::check_device_range(src, n, "source"); e != cudaSuccess) return e;
     CUstream_st* st = detail::resolve(s);
-    const std::uint64_t seq = detail::enqueue(st, [=] { std::memmove(dst, src, n); });
+    const std::uint64_t seq = detail::enqueue(st, [=] { std::memmove(dst, src, n); }, true);
     // With pageable host memory CUDA returns only once the host buffer has been read (H2D, staged)
     // or written (D2H), so the caller may reuse it at once; the sim waits for the copy.
     if ((!dst_dev && !detail::is_pinned(dst)) || (!src_dev && !detail::is_pinned(src))) st->wait_for(seq);
@@ -432,7 +432,7 @@ TESSEL_API cudaError_t cudaMemsetAsync(void* p, int value, std::size_t n, cudaSt
     if (n == 0) return detail::ok();
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     if (auto e = detail::check_device_range(p, n, "cudaMemset destination"); e != cudaSuccess) return e;
-    detail::enqueue(detail::resolve(s), [=] { std::memset(p, value, n); });
+    detail::enqueue(detail::resolve(s), [=] { std::memset(p, value, n); }, true);
     return detail::ok();
 }
 TESSEL_API cudaError_t cudaMemset(void* p, int value, std::size_t n) {
@@ -632,7 +632,7 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
         } catch (...) {
             st->fail(cudaErrorLaunchFailure, "sim: kernel " + call->kernel_name + " failed with an unknown exception");
         }
-    });
+    }, true);
     return detail::ok();
 }
 
@@ -645,7 +645,7 @@ TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> w
         } catch (const std::exception& e) {
             st->fail(cudaErrorLaunchFailure, what + ": " + e.what());
         }
-    });
+    }, true);
     return detail::ok();
 }
 

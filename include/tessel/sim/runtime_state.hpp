@@ -176,7 +176,8 @@ inline bool valid_stream(cudaStream_t s) {
     return rt().streams.count(s) != 0;
 }
 
-// Queues work on a stream with the legacy default stream's implicit ordering (see its definition).
-TESSEL_API std::uint64_t enqueue(CUstream_st* s, std::function<void()> task);
+// Queues work on a stream with the legacy default stream's implicit ordering (see its definition);
+// busy: device work, which the sim's NVML counts as utilisation.
+TESSEL_API std::uint64_t enqueue(CUstream_st* s, std::function<void()> task, bool busy = false);
 }  // namespace detail
 }  // namespace tessel::sim::api

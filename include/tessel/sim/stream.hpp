@@ -6,6 +6,8 @@
 
 #include <driver_types.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -17,6 +19,16 @@
 #include <thread>
 #include <utility>
 
+namespace tessel::sim {
+// Nanoseconds device `device`'s streams have spent running device work (kernels, copies, fills, the
+// library stand-ins' products; not waits or host functions): the sim's NVML reports utilisation
+// from it (sim/nvml.hpp). Devices past the array's end are not counted.
+inline std::atomic<std::uint64_t>* busy_ns(int device) {
+    static std::array<std::atomic<std::uint64_t>, 64> ns{};
+    return device >= 0 && device < int(ns.size()) ? &ns[std::size_t(device)] : nullptr;
+}
+}  // namespace tessel::sim
+
 // The sim's definitions of the CUDA runtime's opaque handle types (driver_types.h only declares them).
 struct CUstream_st {
     int device = 0;
@@ -26,7 +38,11 @@ struct CUstream_st {
 
     std::mutex m;
     std::condition_variable cv;
-    std::deque<std::function<void()>> queue;
+    struct Task {
+        std::function<void()> run;
+        bool busy;  // device work, counted in busy_ns
+    };
+    std::deque<Task> queue;
     std::uint64_t enqueued = 0;   // tasks ever queued
     std::uint64_t completed = 0;  // tasks finished, in order
     cudaError_t error = cudaSuccess;  // first asynchronous failure, reported by the next synchronisation
@@ -47,9 +63,9 @@ struct CUstream_st {
     }
 
     // Queues a task; returns its sequence number (the stream has reached it when completed >= it).
-    std::uint64_t push(std::function<void()> task) {
+    std::uint64_t push(std::function<void()> task, bool busy = false) {
         std::lock_guard lk(m);
-        queue.push_back(std::move(task));
+        queue.push_back({std::move(task), busy});
         cv.notify_all();
         return ++enqueued;
     }
@@ -88,10 +104,17 @@ private:
         for (;;) {
             cv.wait(lk, [&] { return stop || !queue.empty(); });
             if (queue.empty()) return;
-            auto task = std::move(queue.front());
+            Task task = std::move(queue.front());
             queue.pop_front();
             lk.unlock();
-            task();
+            if (std::atomic<std::uint64_t>* counter = task.busy ? tessel::sim::busy_ns(device) : nullptr) {
+                const auto t0 = std::chrono::steady_clock::now();
+                task.run();
+                counter->fetch_add(std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()),
+                                   std::memory_order_relaxed);
+            } else {
+                task.run();
+            }
             lk.lock();
             ++completed;
             cv.notify_all();

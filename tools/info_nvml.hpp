@@ -1,0 +1,235 @@
+// tessel-info's NVML side: --query (nvidia-smi's field names) in csv or json, --processes, and
+// --prometheus (the text exposition format, written atomically for node-exporter's textfile
+// collector). Readings come from tessel::nvml (the sim's stand-in on the sim).
+#pragma once
+
+#include <tessel/lib/nvml.hpp>
+#include <tessel/runtime/device.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace info {
+
+// One queryable field: nvidia-smi's name, its unit in csv headers and values ("" for none), and its
+// value for a device (empty: [N/A]).
+struct Field {
+    const char* name;
+    const char* unit;
+    std::function<std::optional<std::string>(int, const tessel::DeviceProperties&, const tessel::nvml::DeviceReading&)> value;
+};
+
+inline std::string number(double v, int decimals) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*f", decimals, v);
+    return b;
+}
+template <class T>
+std::optional<std::string> as_text(const std::optional<T>& v, double scale = 1, int decimals = 0) {
+    if (!v) return std::nullopt;
+    return number(double(*v) * scale, decimals);
+}
+
+inline const std::vector<Field>& fields() {
+    using R = tessel::nvml::DeviceReading;
+    using P = tessel::DeviceProperties;
+    constexpr double MiB = 1.0 / (1 << 20);
+    static const std::vector<Field> f = {
+        {"index", "", [](int i, const P&, const R&) { return std::optional<std::string>(std::to_string(i)); }},
+        {"name", "", [](int, const P& p, const R&) { return std::optional<std::string>(p.name); }},
+        {"compute_cap", "", [](int, const P& p, const R&) { return std::optional<std::string>(p.compute_capability()); }},
+        {"memory.total", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_total_bytes, MiB); }},
+        {"memory.used", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_used_bytes, MiB); }},
+        {"memory.free", "MiB",
+         [=](int, const P&, const R& r) {
+             return r.memory_total_bytes && r.memory_used_bytes
+                        ? std::optional<std::string>(number(double(*r.memory_total_bytes - *r.memory_used_bytes) * MiB, 0))
+                        : std::nullopt;
+         }},
+        {"temperature.gpu", "", [](int, const P&, const R& r) { return as_text(r.temperature_c); }},
+        {"power.draw", "W", [](int, const P&, const R& r) { return as_text(r.power_w, 1, 2); }},
+        {"power.limit", "W", [](int, const P&, const R& r) { return as_text(r.power_limit_w, 1, 2); }},
+        {"utilization.gpu", "%", [](int, const P&, const R& r) { return as_text(r.gpu_utilization_pct); }},
+        {"utilization.memory", "%", [](int, const P&, const R& r) { return as_text(r.memory_utilization_pct); }},
+        {"clocks.sm", "MHz", [](int, const P&, const R& r) { return as_text(r.sm_clock_mhz); }},
+        {"clocks.mem", "MHz", [](int, const P&, const R& r) { return as_text(r.memory_clock_mhz); }},
+        {"clocks.max.sm", "MHz", [](int, const P&, const R& r) { return as_text(r.sm_clock_max_mhz); }},
+        {"clocks.max.mem", "MHz", [](int, const P&, const R& r) { return as_text(r.memory_clock_max_mhz); }},
+        {"clocks_event_reasons.active", "",
+         [](int, const P&, const R& r) {
+             if (!r.clock_event_reasons) return std::optional<std::string>();
+             char b[32];
+             std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(*r.clock_event_reasons));
+             return std::optional<std::string>(b);
+         }},
+        {"clocks_event_reasons.names", "",
+         [](int, const P&, const R& r) {
+             if (!r.clock_event_reasons) return std::optional<std::string>();
+             std::string s;
+             for (const auto& n : tessel::nvml::clock_reason_names(*r.clock_event_reasons)) s += (s.empty() ? "" : "; ") + n;
+             return std::optional<std::string>(s.empty() ? "none" : s);
+         }},
+        {"ecc.errors.corrected.volatile.total", "", [](int, const P&, const R& r) { return as_text(r.ecc_corrected); }},
+        {"ecc.errors.uncorrected.volatile.total", "", [](int, const P&, const R& r) { return as_text(r.ecc_uncorrected); }},
+        {"pcie.link.gen.current", "", [](int, const P&, const R& r) { return as_text(r.pcie_generation); }},
+        {"pcie.link.width.current", "", [](int, const P&, const R& r) { return as_text(r.pcie_width); }},
+    };
+    return f;
+}
+
+// The fields named in a comma-separated list; throws naming an unknown one and listing the known.
+inline std::vector<const Field*> parse_fields(const std::string& list) {
+    std::vector<const Field*> out;
+    std::stringstream ss(list);
+    for (std::string name; std::getline(ss, name, ',');) {
+        name.erase(0, name.find_first_not_of(' '));
+        name.erase(name.find_last_not_of(' ') + 1);
+        const Field* hit = nullptr;
+        for (const Field& f : fields())
+            if (name == f.name) hit = &f;
+        if (!hit) {
+            std::string known;
+            for (const Field& f : fields()) known += std::string(known.empty() ? "" : ", ") + f.name;
+            throw std::invalid_argument("--query: unknown field '" + name + "'; fields: " + known);
+        }
+        out.push_back(hit);
+    }
+    if (out.empty()) throw std::invalid_argument("--query: no fields given");
+    return out;
+}
+
+struct Format {
+    bool json = false, header = true, units = true;
+};
+// --format=csv[,noheader][,nounits] | json
+inline Format parse_format(const std::string& text) {
+    Format f;
+    std::stringstream ss(text);
+    bool first = true;
+    for (std::string w; std::getline(ss, w, ','); first = false) {
+        if (first && (w == "csv" || w == "json")) f.json = w == "json";
+        else if (!first && w == "noheader") f.header = false;
+        else if (!first && w == "nounits") f.units = false;
+        else throw std::invalid_argument("--format: '" + text + "' is not csv[,noheader][,nounits] or json");
+    }
+    return f;
+}
+
+inline std::string json_string(const std::string& s) {
+    std::string r = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') r += '\\';
+        r += c;
+    }
+    return r + "\"";
+}
+
+// One line (csv) or one array (json) per call: every device's fields.
+inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) {
+    const int n = tessel::device_count();
+    if (fmt.json) std::printf("[");
+    else if (fmt.header) {
+        std::string h;
+        for (const Field* f : fs) h += std::string(h.empty() ? "" : ", ") + f->name + (fmt.units && *f->unit ? std::string(" [") + f->unit + "]" : "");
+        std::printf("%s\n", h.c_str());
+    }
+    for (int i = 0; i < n; ++i) {
+        const tessel::DeviceProperties p = tessel::properties(tessel::Device{i});
+        const tessel::nvml::DeviceReading r = tessel::nvml::read(tessel::Device{i});
+        std::string line;
+        for (const Field* f : fs) {
+            const std::optional<std::string> v = f->value(i, p, r);
+            if (fmt.json) {
+                const bool numeric = v && !v->empty() && v->find_first_not_of("0123456789.-") == std::string::npos;
+                line += std::string(line.empty() ? "" : ", ") + json_string(f->name) + ": " + (!v ? "null" : numeric ? *v : json_string(*v));
+            } else {
+                line += std::string(line.empty() ? "" : ", ") + (v ? *v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "") : "[N/A]");
+            }
+        }
+        if (fmt.json) std::printf("%s\n  {%s}", i ? "," : "", line.c_str());
+        else std::printf("%s\n", line.c_str());
+    }
+    if (fmt.json) std::printf("\n]\n");
+    std::fflush(stdout);
+}
+
+// nvidia-smi's process table: every compute process on every device.
+inline void print_processes() {
+    std::printf("%-4s %-8s %12s %6s %6s\n", "gpu", "pid", "memory", "sm", "mem");
+    int rows = 0;
+    for (int i = 0; i < tessel::device_count(); ++i)
+        for (const auto& p : tessel::nvml::processes(tessel::Device{i})) {
+            std::printf("%-4d %-8u %8.0f MiB %6s %6s\n", i, p.pid, double(p.memory_bytes) / (1 << 20),
+                        p.sm_utilization_pct ? (std::to_string(*p.sm_utilization_pct) + "%").c_str() : "-",
+                        p.memory_utilization_pct ? (std::to_string(*p.memory_utilization_pct) + "%").c_str() : "-");
+            ++rows;
+        }
+    if (!rows) std::printf("(no compute processes%s)\n", tessel::nvml::available() ? "" : ": NVML unavailable");
+}
+
+// The Prometheus text exposition format: one gauge family per reading, labelled by GPU.
+inline std::string prometheus_text() {
+    std::ostringstream o;
+    struct Metric {
+        const char* name;
+        const char* help;
+        std::function<std::optional<double>(const tessel::nvml::DeviceReading&)> value;
+    };
+    const Metric metrics[] = {
+        {"tessel_gpu_temperature_celsius", "GPU temperature.", [](const auto& r) { return r.temperature_c ? std::optional<double>(*r.temperature_c) : std::nullopt; }},
+        {"tessel_gpu_power_watts", "Power draw.", [](const auto& r) { return r.power_w; }},
+        {"tessel_gpu_power_limit_watts", "Enforced power limit.", [](const auto& r) { return r.power_limit_w; }},
+        {"tessel_gpu_utilization_ratio", "Share of the last sample period a kernel ran.",
+         [](const auto& r) { return r.gpu_utilization_pct ? std::optional<double>(*r.gpu_utilization_pct / 100.0) : std::nullopt; }},
+        {"tessel_gpu_memory_used_bytes", "Device memory in use (all processes).",
+         [](const auto& r) { return r.memory_used_bytes ? std::optional<double>(double(*r.memory_used_bytes)) : std::nullopt; }},
+        {"tessel_gpu_memory_total_bytes", "Device memory.",
+         [](const auto& r) { return r.memory_total_bytes ? std::optional<double>(double(*r.memory_total_bytes)) : std::nullopt; }},
+        {"tessel_gpu_sm_clock_hertz", "SM clock.", [](const auto& r) { return r.sm_clock_mhz ? std::optional<double>(*r.sm_clock_mhz * 1e6) : std::nullopt; }},
+        {"tessel_gpu_memory_clock_hertz", "Memory clock.",
+         [](const auto& r) { return r.memory_clock_mhz ? std::optional<double>(*r.memory_clock_mhz * 1e6) : std::nullopt; }},
+        {"tessel_gpu_clock_event_reasons", "Why the clocks are held down (NVML's clock event reason bits).",
+         [](const auto& r) { return r.clock_event_reasons ? std::optional<double>(double(*r.clock_event_reasons)) : std::nullopt; }},
+        {"tessel_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the driver loaded.",
+         [](const auto& r) { return r.ecc_uncorrected ? std::optional<double>(double(*r.ecc_uncorrected)) : std::nullopt; }},
+    };
+    std::vector<std::pair<std::string, tessel::nvml::DeviceReading>> devices;
+    for (int i = 0; i < tessel::device_count(); ++i) {
+        std::string name = tessel::properties(tessel::Device{i}).name, escaped;
+        for (char c : name) escaped += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+        devices.emplace_back("{gpu=\"" + std::to_string(i) + "\",name=\"" + escaped + "\"}", tessel::nvml::read(tessel::Device{i}));
+    }
+    for (const Metric& m : metrics) {
+        o << "# HELP " << m.name << ' ' << m.help << "\n# TYPE " << m.name << " gauge\n";
+        for (const auto& [labels, r] : devices)
+            if (const auto v = m.value(r)) o << m.name << labels << ' ' << number(*v, *v == double(std::int64_t(*v)) ? 0 : 3) << '\n';
+    }
+    return o.str();
+}
+
+// Writes the exposition to `path` atomically (a temporary in the same directory, then rename), as
+// the textfile collector requires; "-" writes to stdout.
+inline void write_prometheus(const std::string& path) {
+    const std::string text = prometheus_text();
+    if (path == "-") {
+        std::fputs(text.c_str(), stdout);
+        return;
+    }
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) throw std::runtime_error("--prometheus: cannot write " + tmp);
+    const bool ok = std::fputs(text.c_str(), f) >= 0;
+    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw std::runtime_error("--prometheus: cannot write " + path);
+    }
+}
+
+}  // namespace info
