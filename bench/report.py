@@ -67,15 +67,20 @@ def impl_key(name):
     return None, name
 
 
-def vendor_ratios(rows):
-    """{tessel benchmark name: (vendor, percent of the vendor's speed)} for every benchmark measured both ways."""
+def by_problem(rows):
+    """{the name without its implementation component: {implementation: row}}."""
     by_key = {}
     for b in rows:
         impl, key = impl_key(name_of(b))
         if impl:
             by_key.setdefault(key, {})[impl] = b
+    return by_key
+
+
+def vendor_ratios(rows):
+    """{tessel benchmark name: (vendor, percent of the vendor's speed)} for every benchmark measured both ways."""
     out = {}
-    for key, impls in by_key.items():
+    for impls in by_problem(rows).values():
         ours = impls.get("tessel")
         for vendor in VENDORS:
             theirs = impls.get(vendor)
@@ -88,13 +93,8 @@ def vendor_ratios(rows):
 def cpu_speedups(rows):
     """{GPU benchmark name: "152x openblas (CPU)"}: the CPU row's time over the GPU row's, for every
     implementation measured beside a CPU row of the same problem."""
-    by_key = {}
-    for b in rows:
-        impl, key = impl_key(name_of(b))
-        if impl:
-            by_key.setdefault(key, {})[impl] = b
     out = {}
-    for impls in by_key.values():
+    for impls in by_problem(rows).values():
         cpu = next(((c, impls[c]) for c in CPU if c in impls and impls[c].get("real_time")), None)
         if not cpu:
             continue

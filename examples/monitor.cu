@@ -2,7 +2,9 @@
 // its own thread while a "training loop" runs element-wise work and, by mistake, keeps one
 // activation per step alive. The policies: temperature above 83 C, power above 90 % of the limit,
 // clocks held down by power or heat, and the leak watch over 3 checkpoints (one per step), which
-// catches the mistake. At the end: the samples, their summary and the alerts.
+// catches the mistake. At the end: the samples, their summary and the alerts, and a picture of the
+// caching allocator (monitor-snapshot.html, and .json for `tessel-info --memory-snapshot`).
+#include <tessel/memory/snapshot_view.hpp>
 #include <tessel/monitor/monitor.hpp>
 #include <tessel/tessel.hpp>
 
@@ -75,6 +77,19 @@ int main() try {
     bool leak_seen = false;
     for (const Alert& a : alerts) leak_seen |= a.kind == AlertKind::allocator_growth;
     std::printf("leak watch: %s\n", leak_seen ? "caught the kept activations" : "saw nothing");
+
+    // The allocator's picture: every other kept activation released, and a 96 MiB buffer's cached
+    // segment split by smaller tensors, one of them freed, so the cache holds free blocks between
+    // live ones.
+    for (std::size_t i = 0; i < kept.size(); i += 2) kept[i] = tessel::Tensor<float>();
+    { const auto big = tessel::empty<float>({24 << 20}); }
+    std::vector<tessel::Tensor<float>> parts;
+    for (int i = 0; i < 4; ++i) parts.push_back(tessel::empty<float>({(5 - i) << 20}));
+    parts[1] = tessel::Tensor<float>();
+    tessel::current_stream().synchronize();
+    tessel::memory::write_snapshot("monitor-snapshot.json");
+    tessel::memory::write_snapshot("monitor-snapshot.html");
+    std::printf("memory snapshot: monitor-snapshot.html (and monitor-snapshot.json for tessel-info --memory-snapshot)\n");
     return leak_seen ? 0 : 1;
 } catch (const std::exception& e) {
     std::fprintf(stderr, "monitor: %s\n", e.what());

@@ -9,6 +9,9 @@
 //   tessel-info --processes                 the compute processes on each device
 //   tessel-info --prometheus [FILE]         the readings in Prometheus's text format, FILE written
 //                        atomically (node-exporter's textfile collector), or stdout
+//   tessel-info --bandwidth [MiB]           pinned/pageable H2D and D2H, and D2D copy bandwidth
+//   tessel-info --memory-snapshot IN.json OUT.html   draws a snapshot a program wrote with
+//                        tessel::memory::write_snapshot("IN.json")
 //   tessel-info --matmul M N K DTYPE [fused]   what MatmulPolicy::automatic picks for that product
 //                        on device 0 (DTYPE fp32, tf32, fp64, fp16, bf16, int8 or e4m3; fused: with
 //                        a bias/activation epilogue), and why
@@ -19,12 +22,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
 #include <tessel/core/env.hpp>
 
+#include "info_bandwidth.hpp"
 #include "info_nvml.hpp"
+#include "info_snapshot.hpp"
 
 namespace {
 
@@ -174,10 +180,26 @@ int main(int argc, char** argv) try {
         info::write_prometheus(argc == 3 ? argv[2] : "-");
         return 0;
     }
+    if (argc >= 2 && argc <= 3 && std::strcmp(argv[1], "--bandwidth") == 0) {
+        const std::size_t mib = argc == 3 ? std::size_t(tessel::env::parse_integer("tessel-info --bandwidth", argv[2], 1, 1 << 16))
+                                          : (tessel::backend == tessel::Backend::sim ? 64 : 256);
+        if (!tessel::is_available()) return no_device();
+        info::print_bandwidth(mib);
+        return 0;
+    }
+    if (argc == 4 && std::strcmp(argv[1], "--memory-snapshot") == 0) {
+        const auto segments = info::read_snapshot(argv[2]);
+        std::ofstream out(argv[3]);
+        out << tessel::memory::snapshot_html(segments, std::string("tessel memory snapshot: ") + argv[2]);
+        if (!out.flush()) throw std::runtime_error(std::string("--memory-snapshot: cannot write ") + argv[3]);
+        std::printf("%zu segments from %s drawn into %s\n", segments.size(), argv[2], argv[3]);
+        return 0;
+    }
     const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
     if (argc > 1 && !json) {
         std::fprintf(stderr, "usage: tessel-info [--json | --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch S [--count N]] |\n"
-                             "                    --processes | --prometheus [FILE] | --matmul M N K DTYPE [fused]]\n");
+                             "                    --processes | --prometheus [FILE] | --bandwidth [MiB] |\n"
+                             "                    --memory-snapshot IN.json OUT.html | --matmul M N K DTYPE [fused]]\n");
         return 2;
     }
     const auto v = tessel::versions();

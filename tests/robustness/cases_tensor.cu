@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 
+#include <tessel/runtime/peer.hpp>
 #include <tessel/tensor/dlpack.hpp>
 #include <tessel/tessel.hpp>
 
@@ -462,4 +463,8 @@ DEFINED("from_blob", "a rejected blob never runs its deleter") {
     } catch (const InvalidArgument&) {
     }
     expect(calls == 0, "deleter ran");
+};
+BAD_ENV("tensor", "peer access between devices that cannot", Expect::unsupported, "device 0 cannot access device 1's memory directly",
+        {{"TESSEL_SIM_DEVICES", "2"}, {"TESSEL_SIM_PEER", "0"}}) {
+    enable_peer_access(Device{0}, Device{1});
 };

@@ -157,3 +157,56 @@ TEST_CASE("the sim rejects copies outside live allocations and unknown streams",
     CHECK_THROWS_AS(tessel::rt::stream_synchronize(bogus), tessel::CudaError);
 }
 #endif
+
+// Peer access and copies between devices: three simulated devices in tests.sim-multidevice (every
+// pair can), every device of a multi-GPU machine otherwise.
+#include <tessel/runtime/peer.hpp>
+#include <tessel/tensor/tensor.hpp>
+
+namespace {
+void check_peer_copies() {
+    const int n = tessel::device_count();
+    for (int a = 0; a < n; ++a) {
+        CHECK(!tessel::can_access_peer(tessel::Device{a}, tessel::Device{a}));
+        for (int b = 0; b < n; ++b)
+            if (a != b && tessel::can_access_peer(tessel::Device{a}, tessel::Device{b})) {
+                tessel::enable_peer_access(tessel::Device{a}, tessel::Device{b});
+                tessel::enable_peer_access(tessel::Device{a}, tessel::Device{b});  // idempotent
+            }
+    }
+    // A tensor around the ring of devices and back to the host, every element compared.
+    const auto host = tessel::testing::random_vector<float>(100003, 7);
+    tessel::Tensor<float> t = tessel::from_host<float>(std::span<const float>(host), tessel::Shape{100003}, tessel::TensorOptions{.device = tessel::Device{0}});
+    for (int d = 1; d <= n; ++d) {
+        t = t.to(tessel::TensorOptions{.device = tessel::Device{d % n}});
+        CHECK(t.device().index == d % n);
+    }
+    CHECK(t.to_vector() == host);
+    // copy_between on raw device memory, between the last and the first device.
+    const tessel::Tensor<float> src = t.to(tessel::TensorOptions{.device = tessel::Device{n - 1}});
+    const tessel::Tensor<float> dst = tessel::full<float>({100003}, -1.f, tessel::TensorOptions{.device = tessel::Device{0}});
+    const tessel::Stream s = tessel::current_stream(tessel::Device{0});
+#if defined(TESSEL_BACKEND_SIM)
+    const auto direct = tessel::sim::peer_copy_count(), staged = tessel::sim::staged_copy_count();
+#endif
+    tessel::current_stream(tessel::Device{n - 1}).synchronize();  // src is written
+    tessel::copy_between(dst.data(), tessel::Device{0}, src.data(), tessel::Device{n - 1}, 100003 * sizeof(float), s.handle());
+    s.synchronize();
+    CHECK(dst.to_vector() == host);
+#if defined(TESSEL_BACKEND_SIM)
+    CHECK(tessel::sim::peer_copy_count() == direct + 1);  // enabled above: direct
+    CHECK(tessel::sim::staged_copy_count() == staged);
+#endif
+}
+}  // namespace
+
+TEST_CASE("peer access between simulated devices, and copies across all of them", "[.multidevice]") {
+    check_peer_copies();
+    for (int d = 0; d < tessel::device_count(); ++d) tessel::current_stream(tessel::Device{d}).synchronize();
+    tessel::memory::empty_cache();  // the other multidevice tests start from devices with nothing cached
+}
+
+TEST_CASE("peer access and copies between the GPUs of this machine", "[runtime][peer]") {
+    if (tessel::device_count() < 2) return;  // one device: nothing between devices to test
+    check_peer_copies();
+}

@@ -19,6 +19,9 @@ namespace tessel::rt {
 
 namespace api {
 #if defined(TESSEL_BACKEND_CUDA)
+using ::cudaDeviceCanAccessPeer;
+using ::cudaDeviceDisablePeerAccess;
+using ::cudaDeviceEnablePeerAccess;
 using ::cudaDeviceGetAttribute;
 using ::cudaDeviceGetDefaultMemPool;
 using ::cudaDeviceGetPCIBusId;
@@ -50,6 +53,7 @@ using ::cudaMemAdvise;
 using ::cudaMemPrefetchAsync;
 using ::cudaMemcpy;
 using ::cudaMemcpyAsync;
+using ::cudaMemcpyPeerAsync;
 using ::cudaMemGetInfo;
 using ::cudaMemPoolGetAttribute;
 using ::cudaMemPoolSetAttribute;

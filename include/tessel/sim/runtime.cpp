@@ -9,5 +9,6 @@
 #include <tessel/ops/copy.hpp>  // registers the device gather, scatter and fill kernels
 #include <tessel/sim/cublas.hpp>  // the cuBLAS stand-in
 #include <tessel/sim/cublaslt.hpp>  // the cuBLASLt stand-in
+#include <tessel/sim/nccl.hpp>  // the NCCL stand-in
 #include <tessel/sim/nvml.hpp>  // the NVML stand-in
 #include <tessel/runtime/rt.hpp>

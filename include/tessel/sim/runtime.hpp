@@ -55,6 +55,11 @@ TESSEL_API cudaError_t cudaStreamDestroy(cudaStream_t s);
 TESSEL_API cudaError_t cudaStreamSynchronize(cudaStream_t s);
 TESSEL_API cudaError_t cudaStreamQuery(cudaStream_t s);
 TESSEL_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device);
+// Peer access: every pair of simulated devices can (their memory is the host's), unless TESSEL_SIM_PEER=0.
+TESSEL_API cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer);
+TESSEL_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags);
+TESSEL_API cudaError_t cudaDeviceDisablePeerAccess(int peer);
+TESSEL_API cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, std::size_t n, cudaStream_t s = nullptr);
 TESSEL_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio);
 TESSEL_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 TESSEL_API cudaError_t cudaEventCreate(cudaEvent_t* e);
@@ -80,6 +85,10 @@ TESSEL_API std::uint64_t cluster_launch_count();
 // The demangled name of the kernel launched last (such as "void tessel::kernels::evaluate_rows<4, ...>(...)"):
 // lets a test observe which of an operation's kernels it chose.
 TESSEL_API std::string last_kernel_name();
+// cudaMemcpyPeerAsync calls so far that went device to device (peer access enabled), and those the
+// driver would stage through host memory (not enabled): lets a test see which a copy took.
+TESSEL_API std::uint64_t peer_copy_count();
+TESSEL_API std::uint64_t staged_copy_count();
 }  // namespace tessel::sim
 
 #if TESSEL_DEFINE_RUNTIME
@@ -435,6 +444,45 @@ TESSEL_API cudaError_t cudaMemsetAsync(void* p, int value, std::size_t n, cudaSt
     detail::enqueue(detail::resolve(s), [=] { std::memset(p, value, n); }, true);
     return detail::ok();
 }
+TESSEL_API cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+    const int n = int(detail::rt().devices.size());
+    if (!can || device < 0 || device >= n || peer < 0 || peer >= n) return detail::fail(cudaErrorInvalidDevice, "cudaDeviceCanAccessPeer: no device " + std::to_string(device < 0 || device >= n ? device : peer));
+    *can = device != peer && config().peer_access ? 1 : 0;
+    return detail::ok();
+}
+TESSEL_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+    const int device = detail::current_device;
+    int can = 0;
+    if (auto e = ::tessel::sim::api::cudaDeviceCanAccessPeer(&can, device, peer); e != cudaSuccess) return e;
+    if (flags != 0) return detail::fail(cudaErrorInvalidValue, "cudaDeviceEnablePeerAccess: flags must be 0");
+    if (!can) return detail::fail(cudaErrorPeerAccessUnsupported, "device " + std::to_string(device) + " cannot access device " + std::to_string(peer));
+    std::lock_guard lk(detail::rt().m);
+    if (!detail::rt().peer_enabled.insert({device, peer}).second)
+        return detail::fail(cudaErrorPeerAccessAlreadyEnabled, "peer access from device " + std::to_string(device) + " to " + std::to_string(peer) + " is already enabled");
+    return detail::ok();
+}
+TESSEL_API cudaError_t cudaDeviceDisablePeerAccess(int peer) {
+    std::lock_guard lk(detail::rt().m);
+    if (detail::rt().peer_enabled.erase({detail::current_device, peer}) == 0)
+        return detail::fail(cudaErrorPeerAccessNotEnabled, "peer access from device " + std::to_string(detail::current_device) + " to " + std::to_string(peer) + " is not enabled");
+    return detail::ok();
+}
+TESSEL_API cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, std::size_t n, cudaStream_t s) {
+    const int count = int(detail::rt().devices.size());
+    if (dst_device < 0 || dst_device >= count || src_device < 0 || src_device >= count)
+        return detail::fail(cudaErrorInvalidDevice, "cudaMemcpyPeerAsync: no device " + std::to_string(dst_device < 0 || dst_device >= count ? dst_device : src_device));
+    if (n == 0) return detail::ok();
+    {
+        std::lock_guard lk(detail::rt().m);
+        const Allocation* d = detail::rt().find(dst, n);
+        const Allocation* sa = detail::rt().find(src, n);
+        if (!d || d->device != dst_device) return detail::fail(cudaErrorInvalidValue, "cudaMemcpyPeerAsync: the destination is not " + std::to_string(n) + " bytes of device " + std::to_string(dst_device) + "'s memory");
+        if (!sa || sa->device != src_device) return detail::fail(cudaErrorInvalidValue, "cudaMemcpyPeerAsync: the source is not " + std::to_string(n) + " bytes of device " + std::to_string(src_device) + "'s memory");
+        const bool direct = detail::rt().peer_enabled.count({dst_device, src_device}) || detail::rt().peer_enabled.count({src_device, dst_device});
+        (direct ? detail::rt().peer_copies : detail::rt().staged_copies).fetch_add(1, std::memory_order_relaxed);
+    }
+    return ::tessel::sim::api::cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s);
+}
 TESSEL_API cudaError_t cudaMemset(void* p, int value, std::size_t n) {
     if (auto e = ::tessel::sim::api::cudaMemsetAsync(p, value, n, nullptr); e != cudaSuccess) return e;
     CUstream_st* s = detail::resolve(nullptr);
@@ -653,6 +701,8 @@ TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> w
 
 namespace tessel::sim {
 TESSEL_API std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
+TESSEL_API std::uint64_t peer_copy_count() { return Runtime::get().peer_copies.load(std::memory_order_relaxed); }
+TESSEL_API std::uint64_t staged_copy_count() { return Runtime::get().staged_copies.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
 TESSEL_API std::string last_kernel_name() {
     std::lock_guard lock(Runtime::get().last_kernel_m);

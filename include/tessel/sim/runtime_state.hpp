@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -81,6 +82,8 @@ public:
     std::atomic<std::uint64_t> cluster_launches{0};         // of which launched in clusters of 2 or more blocks
     std::mutex last_kernel_m;
     std::string last_kernel;  // the last kernel accepted, demangled (tests check which path ran)
+    std::set<std::pair<int, int>> peer_enabled;             // (device, peer): device may access peer's memory
+    std::atomic<std::uint64_t> peer_copies{0}, staged_copies{0};  // cudaMemcpyPeerAsync, direct or through the host
 
     // The allocation containing [p, p+n), or nullptr. Caller holds m.
     const Allocation* find(const void* p, std::size_t n) const {

@@ -1,0 +1,249 @@
+// dist::Communicator against host references: every collective and point-to-point call on 1, 2,
+// 3 and 4 ranks of one process (the sim's devices: ctest tests.sim-dist runs these with 4 simulated
+// devices; a GPU runs the 1-rank case in the main suite), integer-valued data of odd length so each
+// reduction is exact, outputs poisoned first; then what must fail: a rank that never joins (the
+// watchdog aborts after the timeout and the error names the collective), ranks that disagree on a
+// collective's size (the sim's stand-in names both), and bad arguments.
+#include <tessel/dist/communicator.hpp>
+#include <tessel/tessel.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "../support/device_array.hpp"
+
+using tessel::Device;
+using tessel::Tensor;
+using tessel::dist::Communicator;
+using tessel::dist::ReduceOp;
+
+namespace {
+
+constexpr std::int64_t count = 1003;
+
+// Rank r's data: small integers, distinct per rank and element (never zero, so prod is non-trivial).
+template <class T>
+std::vector<T> values(int rank, std::int64_t n, int salt = 0) {
+    std::vector<T> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = T(1 + (i * 7 + rank * 3 + salt) % 5);
+    return v;
+}
+template <class T>
+Tensor<T> on(const std::vector<T>& v, Device d) {
+    return tessel::from_host<T>(std::span<const T>(v), tessel::Shape{std::int64_t(v.size())}, tessel::TensorOptions{.device = d});
+}
+template <class T>
+Tensor<T> poisoned(std::int64_t n, Device d) {
+    return tessel::full<T>({n}, T(-77), tessel::TensorOptions{.device = d});
+}
+std::vector<Device> first(int n) {
+    std::vector<Device> d;
+    for (int i = 0; i < n; ++i) d.push_back(Device{i});
+    return d;
+}
+void sync_all(const std::vector<Communicator>& comms) {
+    for (const auto& c : comms) tessel::current_stream(c.device()).synchronize();
+}
+
+template <class T>
+void check_collectives(int n) {
+    INFO(n << " ranks, " << (std::is_same_v<T, float> ? "float" : "int32"));
+    const std::vector<Communicator> comms = Communicator::create_local(first(n));
+    REQUIRE(int(comms.size()) == n);
+    for (int r = 0; r < n; ++r) {
+        CHECK(comms[std::size_t(r)].rank() == r);
+        CHECK(comms[std::size_t(r)].size() == n);
+        CHECK(comms[std::size_t(r)].device().index == r);
+    }
+    // all_reduce with every op.
+    std::vector<std::vector<T>> data;
+    for (int r = 0; r < n; ++r) data.push_back(values<T>(r, count));
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::max, ReduceOp::min, ReduceOp::avg}) {
+        if (std::is_integral_v<T> && op == ReduceOp::avg) continue;  // floating point only
+        std::vector<Tensor<T>> t;
+        for (int r = 0; r < n; ++r) t.push_back(on(values<T>(r, count), Device{r}));
+        tessel::dist::group([&] {
+            for (int r = 0; r < n; ++r) comms[std::size_t(r)].all_reduce(t[std::size_t(r)], op);
+        });
+        std::vector<double> want(count);
+        for (std::int64_t i = 0; i < count; ++i) {
+            double acc = double(data[0][std::size_t(i)]);
+            for (int r = 1; r < n; ++r) {
+                const double v = double(data[std::size_t(r)][std::size_t(i)]);
+                acc = op == ReduceOp::prod ? acc * v : op == ReduceOp::max ? std::max(acc, v) : op == ReduceOp::min ? std::min(acc, v) : acc + v;
+            }
+            if (op == ReduceOp::avg) acc = double(T(acc / n));
+            want[std::size_t(i)] = acc;
+        }
+        for (int r = 0; r < n; ++r) {
+            const auto got = t[std::size_t(r)].to_vector();
+            INFO("all_reduce op " << int(op) << " on rank " << r);
+            for (std::int64_t i = 0; i < count; ++i) REQUIRE(double(got[std::size_t(i)]) == want[std::size_t(i)]);
+        }
+    }
+    // broadcast from the last rank; reduce (sum) onto rank 0, the others unchanged.
+    {
+        std::vector<Tensor<T>> b, red;
+        for (int r = 0; r < n; ++r) b.push_back(on(values<T>(r, count, 1), Device{r})), red.push_back(on(values<T>(r, count, 2), Device{r}));
+        tessel::dist::group([&] {
+            for (int r = 0; r < n; ++r) comms[std::size_t(r)].broadcast(b[std::size_t(r)], n - 1);
+        });
+        tessel::dist::group([&] {
+            for (int r = 0; r < n; ++r) comms[std::size_t(r)].reduce(red[std::size_t(r)], 0);
+        });
+        for (int r = 0; r < n; ++r) CHECK(b[std::size_t(r)].to_vector() == values<T>(n - 1, count, 1));
+        std::vector<T> sum(count, T(0));
+        for (int r = 0; r < n; ++r) {
+            const auto v = values<T>(r, count, 2);
+            for (std::int64_t i = 0; i < count; ++i) sum[std::size_t(i)] = T(sum[std::size_t(i)] + v[std::size_t(i)]);
+        }
+        CHECK(red[0].to_vector() == sum);
+        for (int r = 1; r < n; ++r) CHECK(red[std::size_t(r)].to_vector() == values<T>(r, count, 2));
+    }
+    // all_gather, reduce_scatter, all_to_all.
+    {
+        std::vector<Tensor<T>> in, gathered, scatter_in, scattered, a2a_in, a2a_out;
+        for (int r = 0; r < n; ++r) {
+            const Device d{r};
+            in.push_back(on(values<T>(r, count, 3), d));
+            gathered.push_back(poisoned<T>(count * n, d));
+            scatter_in.push_back(on(values<T>(r, count * n, 4), d));
+            scattered.push_back(poisoned<T>(count, d));
+            a2a_in.push_back(on(values<T>(r, 5 * n, 5), d));
+            a2a_out.push_back(poisoned<T>(5 * n, d));
+        }
+        tessel::dist::group([&] {
+            for (int r = 0; r < n; ++r) {
+                const auto& c = comms[std::size_t(r)];
+                c.all_gather(in[std::size_t(r)], gathered[std::size_t(r)]);
+                c.reduce_scatter(scatter_in[std::size_t(r)], scattered[std::size_t(r)]);
+                c.all_to_all(a2a_in[std::size_t(r)], a2a_out[std::size_t(r)]);
+            }
+        });
+        std::vector<T> all;
+        for (int r = 0; r < n; ++r) {
+            const auto v = values<T>(r, count, 3);
+            all.insert(all.end(), v.begin(), v.end());
+        }
+        std::vector<std::vector<T>> scatter_data;
+        for (int q = 0; q < n; ++q) scatter_data.push_back(values<T>(q, count * n, 4));
+        for (int r = 0; r < n; ++r) {
+            CHECK(gathered[std::size_t(r)].to_vector() == all);
+            std::vector<T> block(count, T(0));
+            for (int q = 0; q < n; ++q)
+                for (std::int64_t i = 0; i < count; ++i)
+                    block[std::size_t(i)] = T(block[std::size_t(i)] + scatter_data[std::size_t(q)][std::size_t(r * count + i)]);
+            CHECK(scattered[std::size_t(r)].to_vector() == block);
+            std::vector<T> exchanged;
+            for (int q = 0; q < n; ++q) {
+                const auto v = values<T>(q, 5 * n, 5);
+                exchanged.insert(exchanged.end(), v.begin() + 5 * r, v.begin() + 5 * r + 5);
+            }
+            CHECK(a2a_out[std::size_t(r)].to_vector() == exchanged);
+        }
+    }
+    // A ring of sends and receives, then a barrier.
+    {
+        std::vector<Tensor<T>> out, got;
+        for (int r = 0; r < n; ++r) out.push_back(on(values<T>(r, 17, 6), Device{r})), got.push_back(poisoned<T>(17, Device{r}));
+        tessel::dist::group([&] {
+            for (int r = 0; r < n; ++r) {
+                comms[std::size_t(r)].send(out[std::size_t(r)], (r + 1) % n);
+                comms[std::size_t(r)].recv(got[std::size_t(r)], (r + n - 1) % n);
+            }
+        });
+        tessel::dist::group([&] {
+            for (const auto& c : comms) c.barrier();
+        });
+        sync_all(comms);
+        for (int r = 0; r < n; ++r) CHECK(got[std::size_t(r)].to_vector() == values<T>((r + n - 1) % n, 17, 6));
+    }
+    for (const auto& c : comms) c.check();
+}
+
+}  // namespace
+
+TEST_CASE("collectives on one rank", "[dist]") {
+    if (tessel::device_count() == 0) return;
+    check_collectives<float>(1);
+    check_collectives<std::int32_t>(1);
+}
+
+TEST_CASE("every collective on 1 to 4 ranks matches the host reference", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 4);
+    for (int n = 1; n <= 4; ++n) {
+        check_collectives<float>(n);
+        check_collectives<std::int32_t>(n);
+    }
+}
+
+TEST_CASE("a rank that never joins: the watchdog aborts, and the error names the collective", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    const auto comms = Communicator::create_local(first(2), {.timeout = std::chrono::milliseconds(200)});
+    const tessel::Stream s0 = tessel::Stream::create({}, Device{0});
+    const Tensor<float> t = on(values<float>(0, count), Device{0});
+    const auto start = std::chrono::steady_clock::now();
+    comms[0].all_reduce(t, ReduceOp::sum, s0.handle());  // rank 1 never calls it
+    std::string stream_error;
+    try {
+        s0.synchronize();
+    } catch (const tessel::Error& e) {
+        stream_error = e.what();
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(waited >= 0.2);
+    CHECK(waited < 5);  // aborted, not hung
+    if (!stream_error.empty()) CHECK_THAT(stream_error, Catch::Contains("rank(s) 1, which never joined"));
+    std::string error;
+    try {
+        comms[0].check();
+    } catch (const tessel::LibraryError& e) {
+        error = e.what();
+    }
+    CHECK_THAT(error, Catch::Contains("all_reduce on rank 0 did not complete within 200 ms") && Catch::Contains("rank 0 of 2, device 0"));
+    CHECK_THROWS_AS(comms[0].all_reduce(t), tessel::LibraryError);  // every later call too
+}
+
+TEST_CASE("ranks that disagree on a collective's size fail, naming both", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    const auto comms = Communicator::create_local(first(2));
+    std::vector<tessel::Stream> streams = {tessel::Stream::create({}, Device{0}), tessel::Stream::create({}, Device{1})};
+    const Tensor<float> a = on(values<float>(0, 12), Device{0}), b = on(values<float>(1, 10), Device{1});
+    comms[0].all_reduce(a, ReduceOp::sum, streams[0].handle());
+    comms[1].all_reduce(b, ReduceOp::sum, streams[1].handle());
+    for (auto& s : streams) {
+        try {
+            s.synchronize();
+        } catch (const tessel::Error&) {
+        }
+    }
+    for (const auto& c : comms) {
+        std::string error;
+        try {
+            c.check();
+        } catch (const tessel::LibraryError& e) {
+            error = e.what();
+        }
+        CHECK_THAT(error, Catch::Contains("ranks disagree: rank 0 called ncclAllReduce with 12 float32 elements") &&
+                              Catch::Contains("rank 1 ncclAllReduce with 10 float32 elements"));
+    }
+}
+
+TEST_CASE("collectives refuse bad arguments with a message naming them", "[dist]") {
+    if (tessel::device_count() == 0) return;
+    using tessel::testing::message;
+    const auto comms = Communicator::create_local({Device{0}});
+    const auto& c = comms[0];
+    CHECK_THAT(message([&] { (void)Communicator::create_local({Device{0}, Device{0}}); }), Catch::Contains("device 0 is listed twice"));
+    CHECK_THAT(message([&] { (void)Communicator::create_local({Device{tessel::device_count()}}); }), Catch::Contains("does not exist"));
+    const Tensor<float> m = tessel::zeros<float>({4, 6});
+    CHECK_THAT(message([&] { c.all_reduce(m.transpose(0, 1)); }), Catch::Contains("is not contiguous"));
+    CHECK_THAT(message([&] { c.all_reduce(tessel::zeros<float>({4}, {.space = tessel::MemorySpace::host})); }),
+               Catch::Contains("collectives take device memory"));
+    CHECK_THAT(message([&] { c.broadcast(m, 1); }), Catch::Contains("root 1 is not a rank of this communicator (1 ranks)"));
+    CHECK_THAT(message([&] { c.all_gather(m, tessel::zeros<float>({23})); }), Catch::Contains("out must hold 1 x 24 elements"));
+    CHECK_THAT(message([&] { c.send(m, -1); }), Catch::Contains("peer -1 is not a rank"));
+    tessel::current_stream(Device{0}).synchronize();
+    c.check();
+}
