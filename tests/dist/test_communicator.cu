@@ -7,11 +7,17 @@
 #include <tessel/dist/communicator.hpp>
 #include <tessel/tessel.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "../support/device_array.hpp"
+#include "collective_checks.hpp"
 
 using tessel::Device;
 using tessel::Tensor;
@@ -246,4 +252,175 @@ TEST_CASE("collectives refuse bad arguments with a message naming them", "[dist]
     CHECK_THAT(message([&] { c.send(m, -1); }), Catch::Contains("peer -1 is not a rank"));
     tessel::current_stream(Device{0}).synchronize();
     c.check();
+}
+
+// ---- one rank per thread or process: the rendezvous store, the environment, create() and split ----
+
+TEST_CASE("TcpStore: set, get and add across clients; get and connect time out naming the key and the address", "[dist]") {
+    using tessel::dist::TcpStore;
+    const auto wait = std::chrono::milliseconds(300);
+    TcpStore server("127.0.0.1", 0, true, std::chrono::seconds(10));
+    REQUIRE(server.port() > 0);
+    std::vector<std::string> got(3);
+    std::vector<std::int64_t> counts(3);
+    std::vector<std::thread> clients;
+    for (int r = 0; r < 3; ++r)
+        clients.emplace_back([&, r] {
+            TcpStore client("127.0.0.1", server.port(), false, std::chrono::seconds(10));
+            got[std::size_t(r)] = client.get("id");  // set below, after the clients started waiting
+            counts[std::size_t(r)] = client.add("joined", 1);
+        });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    server.set("id", std::string("\0binary\xff", 8));
+    for (auto& t : clients) t.join();
+    for (const auto& g : got) CHECK(g == std::string("\0binary\xff", 8));
+    std::sort(counts.begin(), counts.end());
+    CHECK(counts == std::vector<std::int64_t>{1, 2, 3});
+    CHECK(server.add("joined", 0) == 3);
+
+    TcpStore impatient("127.0.0.1", server.port(), false, wait);
+    CHECK_THROWS_WITH(impatient.get("never-set"), Catch::Contains("'never-set' was not set within 300 ms"));
+    // Nothing listens on the port a closed store had: the error names the address and says what to check.
+    int closed_port = 0;
+    {
+        TcpStore gone("127.0.0.1", 0, true, wait);
+        closed_port = gone.port();
+    }
+    CHECK_THROWS_WITH(TcpStore("127.0.0.1", closed_port, false, wait),
+                      Catch::Contains("127.0.0.1:" + std::to_string(closed_port)) && Catch::Contains("is rank 0 running"));
+}
+
+namespace {
+// Sets the job variables for one test and restores the process's environment afterwards.
+struct JobEnv {
+    explicit JobEnv(std::vector<std::pair<const char*, const char*>> vars) {
+        for (const char* k : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+            const char* v = std::getenv(k);
+            saved.emplace_back(k, v ? std::optional<std::string>(v) : std::nullopt);
+            ::unsetenv(k);
+        }
+        for (auto [k, v] : vars) ::setenv(k, v, 1);
+    }
+    ~JobEnv() {
+        for (auto& [k, v] : saved)
+            if (v) ::setenv(k, v->c_str(), 1);
+            else ::unsetenv(k);
+    }
+    std::vector<std::pair<const char*, std::optional<std::string>>> saved;
+};
+}  // namespace
+
+TEST_CASE("from_env names the variable that is missing or wrong", "[dist]") {
+    using Catch::Contains;
+    {
+        JobEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+        CHECK_THROWS_AS(Communicator::from_env(), tessel::InvalidArgument);
+        CHECK_THROWS_WITH(Communicator::from_env(), Contains("MASTER_PORT is not set") && Contains("tessel-run -n N"));
+    }
+    {
+        JobEnv env({{"MASTER_PORT", "29500"}, {"RANK", "2"}, {"WORLD_SIZE", "2"}});
+        CHECK_THROWS_WITH(Communicator::from_env(), Contains("RANK=2 must be in [0, WORLD_SIZE=2)"));
+    }
+    {
+        JobEnv env({{"MASTER_PORT", "29500"}, {"RANK", "one"}, {"WORLD_SIZE", "2"}});
+        CHECK_THROWS_WITH(Communicator::from_env(), Contains("RANK='one' is not an integer"));
+    }
+    {
+        JobEnv env({{"MASTER_PORT", "70000"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+        CHECK_THROWS_WITH(Communicator::from_env(), Contains("MASTER_PORT=70000 is not a TCP port"));
+    }
+    {
+        JobEnv env({{"MASTER_PORT", "29500"}, {"RANK", "0"}});
+        CHECK_THROWS_WITH(Communicator::from_env(), Contains("WORLD_SIZE is not set"));
+    }
+    {
+        const std::string beyond = std::to_string(tessel::device_count());
+        JobEnv env({{"MASTER_PORT", "29500"}, {"RANK", "0"}, {"WORLD_SIZE", "64"}, {"LOCAL_RANK", beyond.c_str()}});
+        CHECK_THROWS_WITH(Communicator::from_env(), Contains("LOCAL_RANK=" + beyond + " but this process sees"));
+    }
+}
+
+namespace {
+// n ranks, a thread each, sharing one id; f(rank's communicator) returns "" or what went wrong.
+template <class F>
+std::vector<std::string> in_threads(int n, F f, tessel::dist::CommOptions options = {}) {
+    const auto id = Communicator::unique_id();
+    std::vector<std::string> out(static_cast<std::size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                tessel::DeviceGuard guard(Device{r});
+                Communicator c = Communicator::create(r, n, id, Device{r}, options);
+                out[std::size_t(r)] = f(c);
+            } catch (const std::exception& e) {
+                out[std::size_t(r)] = std::string("threw: ") + e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    return out;
+}
+}  // namespace
+
+TEST_CASE("create(): a rank per thread from one id, every collective on 1 to 4 ranks, and split", "[.dist4]") {
+    for (int n = 1; n <= 4; ++n) {
+        INFO(n << " ranks");
+        const auto results = in_threads(n, [](const Communicator& c) {
+            std::string e = tessel_test::check_every_collective<float>(c, 301) + tessel_test::check_every_collective<std::int32_t>(c, 77);
+            auto half = c.split(c.rank() % 2, -c.rank());  // keys reverse the order within each half
+            if (!half) return e + "split: no communicator\n";
+            const int size = (c.size() + 1 - c.rank() % 2) / 2;
+            if (half->size() != size || half->rank() != size - 1 - c.rank() / 2) e += "split: rank " + std::to_string(half->rank()) + " of " +
+                                                                                      std::to_string(half->size()) + "\n";
+            return e + tessel_test::check_every_collective<float>(*half, 19);
+        });
+        for (int r = 0; r < n; ++r) CHECK(results[std::size_t(r)] == "");
+    }
+    // A negative colour takes no part.
+    const auto results = in_threads(3, [](const Communicator& c) {
+        auto sub = c.split(c.rank() == 1 ? -1 : 0, c.rank());
+        if (c.rank() == 1) return std::string(sub ? "rank 1 got a communicator" : "");
+        return sub && sub->size() == 2 ? tessel_test::check_every_collective<float>(*sub, 5) : std::string("no communicator of 2");
+    });
+    for (const auto& r : results) CHECK(r == "");
+}
+
+TEST_CASE("a rank per thread: one that aborts fails the others at once; one that never comes times out; the debug exchange", "[.dist4]") {
+    using Catch::Contains;
+    // Rank 2 aborts instead of joining the all_reduce: the others fail fast, naming it, long before the 60 s timeout.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto results = in_threads(3, [](const Communicator& c) -> std::string {
+        if (c.rank() == 2) {
+            c.abort();
+            return "";
+        }
+        auto t = tessel::ones<float>({100}, {.device = c.device()});
+        try {
+            c.all_reduce(t);
+            tessel::current_stream(c.device()).synchronize();
+            c.check();
+        } catch (const tessel::Error& e) {
+            return e.what();
+        }
+        return "no error";
+    }, {.timeout = std::chrono::seconds(60)});
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+    for (int r : {0, 1}) CHECK_THAT(results[std::size_t(r)], Contains("rank 2") && Contains("ncclAllReduce"));
+    // Only rank 0 of 2 ever calls create(): it times out, naming the call.
+    const auto id = Communicator::unique_id();
+    CHECK_THROWS_WITH(Communicator::create(0, 2, id, Device{0}, {.timeout = std::chrono::milliseconds(300)}),
+                      Contains("not every rank joined within 300 ms") && Contains("rank 0 of 2"));
+    // Ranks disagreeing on a size, with the debug exchange on: both throw InvalidArgument naming both calls.
+    results = in_threads(2, [](const Communicator& c) -> std::string {
+        auto t = tessel::zeros<float>({c.rank() == 1 ? 11 : 10}, {.device = c.device()});
+        try {
+            c.all_reduce(t);
+        } catch (const tessel::InvalidArgument& e) {
+            return e.what();
+        }
+        return "no error";
+    }, {.timeout = std::chrono::seconds(60), .debug_checks = true});
+    for (const auto& r : results)
+        CHECK_THAT(r, Contains("all_reduce: the ranks disagree") && Contains("rank 0 calls all_reduce of 10 elements") &&
+                          Contains("rank 1 calls all_reduce of 11 elements"));
 }

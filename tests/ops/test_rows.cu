@@ -154,7 +154,12 @@ TEST_CASE("a row over one block's shared memory is split across a cluster", "[op
 // device 0 fails if the library skipped raising it there. Run with TESSEL_SIM_DEVICES=3 (ctest does).
 TEST_CASE("rows over 48 KiB and cluster rows run on every device", "[.multidevice]") {
     REQUIRE(device_count() == 3);
-    for (int d : {0, 1, 2, 1}) {
+#if defined(TESSEL_TEST_UNDER_TSAN)
+    const std::vector<int> devices{0, 2};  // a second device shows what is missed; every block thread is an OS thread here
+#else
+    const std::vector<int> devices{0, 1, 2, 1};
+#endif
+    for (int d : devices) {
         for (std::int64_t cols : {std::int64_t(20001), std::int64_t(58200)}) {  // 80 KB: one block, opted in; 233 KB: a cluster
             INFO("device " << d << ", cols " << cols);
             DeviceGuard guard(Device{d});

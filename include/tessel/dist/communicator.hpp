@@ -1,21 +1,30 @@
-// Collectives on tensors across devices, as torch.distributed over NCCL: a Communicator per rank,
-// for now one process driving several local devices (Communicator::create_local, NCCL's
-// ncclCommInitAll). all_reduce (sum, prod, max, min, avg), broadcast, reduce, all_gather,
-// reduce_scatter, all_to_all, send/recv and barrier, queued on the caller's stream (by default the
-// current stream of the rank's device), with the caching allocator told which stream uses each
-// tensor. No hangs: a watchdog thread per communicator aborts it (ncclCommAbort) when a collective
-// has not completed within CommOptions::timeout, and every later call, and check(), throws
-// LibraryError naming the collective, the rank and the timeout; NCCL's asynchronous errors surface
-// the same way. On CUDA it is NCCL; on the sim, NCCL's stand-in (sim/nccl.hpp), which also detects
-// ranks that disagree on a collective's shape or type. One thread calling several ranks wraps the
-// calls in dist::group() (ncclGroupStart/End), as NCCL requires. docs/multi-gpu.md.
+// Collectives on tensors across devices, as torch.distributed over NCCL: a Communicator per rank.
+// Ranks come from one process driving several local devices (create_local: ncclCommInitAll), from
+// one process (or thread) per device initialised from the environment as torch's env:// does
+// (from_env: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, rank 0's TcpStore handing out the
+// NCCL unique id; tessel-run starts such jobs), from a shared id (create), or by split. NCCL's
+// initialisation is non-blocking and polled against CommOptions::timeout. all_reduce (sum, prod,
+// max, min, avg), broadcast, reduce, all_gather, reduce_scatter, all_to_all, send/recv and barrier
+// are queued on the caller's stream (by default the current stream of the rank's device), with the
+// caching allocator told which stream uses each tensor. No hangs: a watchdog thread per
+// communicator aborts it (ncclCommAbort) when a call has not completed within the timeout, and
+// every later call, and check(), throws LibraryError naming the call, the rank and the timeout;
+// NCCL's asynchronous errors surface the same way; CommOptions::debug_checks (TESSEL_DIST_DEBUG=1)
+// exchanges a header before each collective so ranks that disagree fail instead of hanging. On
+// CUDA it is NCCL; on the sim, NCCL's stand-in (sim/nccl.hpp, across processes sim/nccl_net.hpp).
+// One thread calling several ranks wraps the calls in dist::group() (ncclGroupStart/End), as NCCL
+// requires. docs/multi-gpu.md.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
-#include <source_location>
 #include <memory>
+#include <source_location>
+#include <span>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -25,6 +34,8 @@
 
 #include "../core/error.hpp"
 #include "../lib/nccl.hpp"
+#include "env.hpp"
+#include "store.hpp"
 #include "../stream/stream.hpp"
 #include "../tensor/tensor.hpp"
 
@@ -34,9 +45,21 @@ namespace tessel::dist {
 // How a reduction combines the ranks' values.
 enum class ReduceOp { sum, prod, max, min, avg };
 
+// How a communicator waits and checks.
 struct CommOptions {
-    std::chrono::milliseconds timeout = std::chrono::minutes(10);  // a collective still running after this aborts the communicator
+    std::chrono::milliseconds timeout = std::chrono::minutes(10);  // a collective (or the initialisation) still running after this aborts
+    // Before each collective the ranks exchange what they are about to call (an all_gather of a
+    // 32-byte header and a host wait) and throw InvalidArgument naming the ranks that disagree,
+    // where NCCL would hang or corrupt memory. Off by default; TESSEL_DIST_DEBUG=1 turns it on.
+    bool debug_checks = env_flag("TESSEL_DIST_DEBUG");
+
+    static bool env_flag(const char* name) {
+        const char* v = std::getenv(name);
+        return v && *v && std::string(v) != "0";
+    }
 };
+
+using UniqueId = nccl::api::ncclUniqueId;  // what rank 0 creates and every rank passes to Communicator::create
 
 // Runs f, which calls collectives of several ranks from this thread, as one NCCL group.
 template <class F>
@@ -48,7 +71,9 @@ void group(F&& f) {
         (void)nccl::api::ncclGroupEnd();
         throw;
     }
-    nccl::check(nccl::api::ncclGroupEnd(), "ncclGroupEnd");
+    // ncclInProgress: non-blocking communicators finish the group in the background; their next
+    // call (Communicator::check) waits for it.
+    if (const auto r = nccl::api::ncclGroupEnd(); int(r) != nccl::in_progress) nccl::check(r, "ncclGroupEnd");
 }
 
 // One rank of a communicator. Copies share the rank (the last one destroys it).
@@ -73,7 +98,77 @@ public:
         std::vector<Communicator> out;
         for (std::size_t r = 0; r < comms.size(); ++r)
             out.push_back(Communicator(std::make_shared<State>(comms[r], int(r), int(comms.size()), devices[r], options)));
+        for (auto& c : out) c.s_->one_thread_group = out.size() > 1;
         return out;
+    }
+
+    // This process's rank of a job started by tessel-run, torchrun or a cluster launcher: reads
+    // MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK (dist/env.hpp), takes device LOCAL_RANK,
+    // meets the other ranks at rank 0's TcpStore, which hands out rank 0's NCCL unique id, and
+    // joins them; a rank missing past options.timeout is an error, not a hang.
+    static Communicator from_env(CommOptions options = {}) {
+        const Environment env = Environment::from_env();
+        require(env.local_rank < device_count(), "Communicator::from_env: LOCAL_RANK=", env.local_rank, " but this process sees ",
+                device_count(), " device(s); start at most one process per GPU");
+        require(options.timeout.count() > 0, "Communicator::from_env: the timeout must be positive");
+        auto store = std::make_shared<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
+        UniqueId id{};
+        const std::string key = "tessel/nccl_unique_id";
+        if (env.rank == 0) {
+            id = unique_id();
+            store->set(key, std::string(reinterpret_cast<const char*>(&id), sizeof id));
+        } else {
+            const std::string v = store->get(key);
+            require(v.size() == sizeof id, "Communicator::from_env: the store's NCCL id has ", v.size(), " bytes, not ", sizeof id,
+                    " (ranks built against different NCCL versions?)");
+            std::memcpy(&id, v.data(), sizeof id);
+        }
+        Communicator c = create(env.rank, env.world_size, id, Device{env.local_rank}, options);
+        c.s_->store = std::move(store);
+        return c;
+    }
+
+    // A new NCCL unique id: create it on one rank and give it to every rank's create().
+    static UniqueId unique_id() {
+        UniqueId id{};
+        nccl::check(nccl::api::ncclGetUniqueId(&id), "ncclGetUniqueId");
+        return id;
+    }
+
+    // Rank `rank` of `size` ranks that share `id`, on `device`: NCCL's non-blocking
+    // initialisation, polled until every rank has joined or options.timeout has passed.
+    static Communicator create(int rank, int size, const UniqueId& id, Device device, CommOptions options = {}) {
+        require(size >= 1 && rank >= 0 && rank < size, "Communicator::create: rank ", rank, " is not in [0, ", size, ")");
+        require(device.index >= 0 && device.index < device_count(), "Communicator::create: device ", device.index, " does not exist (",
+                device_count(), " devices)");
+        require(options.timeout.count() > 0, "Communicator::create: the timeout must be positive");
+        const DeviceGuard guard(device);
+        nccl::api::ncclComm_t comm = nullptr;
+        auto config = nccl::config(false);
+        const auto r = nccl::api::ncclCommInitRankConfig(&comm, size, id, rank, &config);
+        const std::string what = "ncclCommInitRankConfig (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")";
+        finish_init(comm, r, what, options.timeout);
+        return Communicator(std::make_shared<State>(comm, rank, size, device, options));
+    }
+
+    // The ranks that pass the same colour form a new communicator, ordered by key (then by rank
+    // here), as NCCL's ncclCommSplit and torch's new_group; a negative colour takes no part and
+    // gets nullopt. Every rank of this communicator must call it, each from its own thread or process.
+    std::optional<Communicator> split(int colour, int key) const {
+        require(!s_->one_thread_group, "split: the communicators of create_local() are driven by one thread; split needs every rank to call "
+                                       "it at the same time, from its own thread or process (Communicator::create or from_env)");
+        s_->check();
+        const DeviceGuard guard(device());
+        nccl::api::ncclComm_t child = nullptr;
+        auto config = nccl::config(false);
+        const auto r = nccl::api::ncclCommSplit(s_->comm, colour < 0 ? nccl::split_no_color : colour, key, &child, &config);
+        if (int(r) != nccl::in_progress) nccl::check(r, "ncclCommSplit", s_->comm);
+        if (!child) return std::nullopt;
+        finish_init(child, nccl::api::ncclResult_t(nccl::in_progress), "ncclCommSplit", s_->options.timeout);
+        int n = 0, rank = 0;
+        nccl::check(nccl::api::ncclCommCount(child, &n), "ncclCommCount", child);
+        nccl::check(nccl::api::ncclCommUserRank(child, &rank), "ncclCommUserRank", child);
+        return Communicator(std::make_shared<State>(child, rank, n, device(), s_->options));
     }
 
     int rank() const { return s_->rank; }
@@ -83,95 +178,81 @@ public:
     // t = op over the ranks' t, on every rank.
     template <Element T>
     void all_reduce(const Tensor<T>& t, ReduceOp op = ReduceOp::sum, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         check_op<T>(op, "all_reduce");
-        const Call c = begin("all_reduce", stream, {&t});
-        nccl::check(nccl::api::ncclAllReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm, c.stream),
-                    "ncclAllReduce", s_->comm);
-        end(c, "all_reduce", {&t});
+        run<T>(Header{1, int(op), t.numel()}, "all_reduce", "ncclAllReduce", stream, {&t}, {&t}, [&](rt::stream_t s) {
+            return nccl::api::ncclAllReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm, s);
+        });
     }
     // t = root's t, on every rank.
     template <Element T>
     void broadcast(const Tensor<T>& t, int root, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         check_rank(root, "broadcast", "root");
-        const Call c = begin("broadcast", stream, {&t});
-        nccl::check(nccl::api::ncclBroadcast(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), root, s_->comm, c.stream),
-                    "ncclBroadcast", s_->comm);
-        end(c, "broadcast", {&t});
+        run<T>(Header{2, root, t.numel()}, "broadcast", "ncclBroadcast", stream, {&t}, {&t}, [&](rt::stream_t s) {
+            return nccl::api::ncclBroadcast(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), root, s_->comm, s);
+        });
     }
     // On the root, t = op over the ranks' t; the others' t is unchanged.
     template <Element T>
     void reduce(const Tensor<T>& t, int root, ReduceOp op = ReduceOp::sum, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         check_rank(root, "reduce", "root");
         check_op<T>(op, "reduce");
-        const Call c = begin("reduce", stream, {&t});
-        nccl::check(nccl::api::ncclReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op(op), root, s_->comm,
-                                          c.stream),
-                    "ncclReduce", s_->comm);
-        end(c, "reduce", {&t});
+        run<T>(Header{3, root * 8 + int(op), t.numel()}, "reduce", "ncclReduce", stream, {&t}, {&t}, [&](rt::stream_t s) {
+            return nccl::api::ncclReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op(op), root, s_->comm, s);
+        });
     }
     // out = every rank's in, concatenated in rank order (out has size() times in's elements).
     template <Element T>
     void all_gather(const Tensor<T>& in, const Tensor<T>& out, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         require(out.defined() && in.defined() && out.numel() == in.numel() * size(), "all_gather: out must hold ", size(), " x ",
                 in.defined() ? in.numel() : 0, " elements (one input per rank), not ", out.defined() ? out.numel() : 0);
-        const Call c = begin("all_gather", stream, {&in, &out});
-        nccl::check(nccl::api::ncclAllGather(in.data(), out.data(), std::size_t(in.numel()), nccl::data_type<T>(), s_->comm, c.stream),
-                    "ncclAllGather", s_->comm);
-        end(c, "all_gather", {&out});
+        run<T>(Header{4, 0, in.numel()}, "all_gather", "ncclAllGather", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
+            return nccl::api::ncclAllGather(in.data(), out.data(), std::size_t(in.numel()), nccl::data_type<T>(), s_->comm, s);
+        });
     }
     // out = block rank() of (op over the ranks' in), in having size() times out's elements.
     template <Element T>
     void reduce_scatter(const Tensor<T>& in, const Tensor<T>& out, ReduceOp op = ReduceOp::sum,
                         std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         check_op<T>(op, "reduce_scatter");
         require(out.defined() && in.defined() && in.numel() == out.numel() * size(), "reduce_scatter: in must hold ", size(), " x ",
                 out.defined() ? out.numel() : 0, " elements (a block per rank), not ", in.defined() ? in.numel() : 0);
-        const Call c = begin("reduce_scatter", stream, {&in, &out});
-        nccl::check(nccl::api::ncclReduceScatter(in.data(), out.data(), std::size_t(out.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm,
-                                                 c.stream),
-                    "ncclReduceScatter", s_->comm);
-        end(c, "reduce_scatter", {&out});
+        run<T>(Header{5, int(op), out.numel()}, "reduce_scatter", "ncclReduceScatter", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
+            return nccl::api::ncclReduceScatter(in.data(), out.data(), std::size_t(out.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm, s);
+        });
     }
     // Block j of out = block rank() of rank j's in (size() equal blocks each), as torch's
     // all_to_all_single: one send and one receive per peer in a group.
     template <Element T>
     void all_to_all(const Tensor<T>& in, const Tensor<T>& out, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         require(in.defined() && out.defined() && in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all: in and out must have the "
                 "same number of elements, a multiple of the ", size(), " ranks (", in.defined() ? in.numel() : 0, " and ",
                 out.defined() ? out.numel() : 0, ")");
-        const Call c = begin("all_to_all", stream, {&in, &out});
         const std::size_t block = std::size_t(in.numel() / size());
-        group([&] {
-            for (int peer = 0; peer < size(); ++peer) {
-                nccl::check(nccl::api::ncclSend(in.data() + block * std::size_t(peer), block, nccl::data_type<T>(), peer, s_->comm, c.stream),
-                            "ncclSend", s_->comm);
-                nccl::check(nccl::api::ncclRecv(out.data() + block * std::size_t(peer), block, nccl::data_type<T>(), peer, s_->comm, c.stream),
-                            "ncclRecv", s_->comm);
+        run<T>(Header{6, 0, in.numel()}, "all_to_all", "ncclSend/ncclRecv group", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
+            nccl::check(nccl::api::ncclGroupStart(), "ncclGroupStart");
+            auto r = nccl::api::ncclResult_t(0);
+            for (int peer = 0; peer < size() && r == nccl::api::ncclResult_t(0); ++peer) {
+                r = nccl::api::ncclSend(in.data() + block * std::size_t(peer), block, nccl::data_type<T>(), peer, s_->comm, s);
+                if (r == nccl::api::ncclResult_t(0))
+                    r = nccl::api::ncclRecv(out.data() + block * std::size_t(peer), block, nccl::data_type<T>(), peer, s_->comm, s);
             }
+            const auto end = nccl::api::ncclGroupEnd();
+            return r != nccl::api::ncclResult_t(0) ? r : end;
         });
-        end(c, "all_to_all", {&out});
     }
     template <Element T>
     void send(const Tensor<T>& t, int peer, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         check_rank(peer, "send", "peer");
-        const Call c = begin("send", stream, {&t});
-        nccl::check(nccl::api::ncclSend(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, c.stream), "ncclSend", s_->comm);
-        end<T>(c, "send", {});
+        run<T>(std::nullopt, "send", "ncclSend", stream, {&t}, {}, [&](rt::stream_t s) {
+            return nccl::api::ncclSend(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, s);
+        });
     }
     template <Element T>
     void recv(const Tensor<T>& t, int peer, std::optional<rt::stream_t> stream = std::nullopt) const {
-        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
         check_rank(peer, "recv", "peer");
-        const Call c = begin("recv", stream, {&t});
-        nccl::check(nccl::api::ncclRecv(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, c.stream), "ncclRecv", s_->comm);
-        end(c, "recv", {&t});
+        run<T>(std::nullopt, "recv", "ncclRecv", stream, {&t}, {&t}, [&](rt::stream_t s) {
+            return nccl::api::ncclRecv(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, s);
+        });
     }
     // Every rank's stream waits here until all ranks arrive (an all_reduce of one element).
     void barrier(std::optional<rt::stream_t> stream = std::nullopt) const {
@@ -201,7 +282,7 @@ private:
             }
             cv.notify_all();
             watchdog.join();
-            (void)nccl::api::ncclCommDestroy(comm);
+            if (!aborted) (void)nccl::api::ncclCommDestroy(comm);  // ncclCommAbort already freed it
         }
         void abort(const std::string& why) {
             {
@@ -223,6 +304,16 @@ private:
             }
             nccl::api::ncclResult_t r{};
             nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
+            // A non-blocking communicator's last group may still be under way: NCCL takes no new
+            // call until it settles.
+            for (const auto deadline = std::chrono::steady_clock::now() + options.timeout; int(r) == nccl::in_progress;) {
+                if (std::chrono::steady_clock::now() > deadline) {
+                    abort("a group of calls was still in progress after " + std::to_string(options.timeout.count()) + " ms");
+                    return check(where);
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+                nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
+            }
             nccl::check(r, "an earlier collective (ncclCommGetAsyncError)", comm);
         }
         // The watchdog: every 20 ms, the pending collectives that completed are dropped; the first past
@@ -259,6 +350,8 @@ private:
         Device device;
         CommOptions options;
         Tensor<float> barrier_buffer;
+        std::shared_ptr<TcpStore> store;  // from_env: rank 0 serves it for the job's life
+        bool one_thread_group = false;    // create_local with several ranks: split would deadlock
         std::mutex m;  // the members below
         std::condition_variable cv;
         bool stopping = false, aborted = false;
@@ -282,6 +375,82 @@ private:
     struct Call {
         rt::stream_t stream;
     };
+    // What a rank is about to call, for the debug exchange: kind, operation/root, element count.
+    struct Header {
+        std::int64_t kind, arg, count;
+    };
+
+    // A collective or point-to-point call: checks, ordering and the allocator's stream use
+    // (begin), the debug exchange, the NCCL call `issue(stream)`, its result (a non-blocking
+    // communicator's ncclInProgress is waited out), the written tensors and the watchdog (end).
+    template <class T, class F>
+    void run(std::optional<Header> header, const char* name, const char* nccl_call, std::optional<rt::stream_t> stream,
+             std::initializer_list<const Tensor<T>*> used, std::initializer_list<const Tensor<T>*> written, F&& issue) const {
+        const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
+        if (header && s_->options.debug_checks) exchange_headers(*header, int(nccl::data_type<T>()), name);
+        const Call c = begin(name, stream, used);
+        settle(issue(c.stream), nccl_call);
+        end(c, name, written);
+    }
+
+    // A call's result; ncclInProgress (non-blocking communicators) is polled until it settles.
+    void settle(nccl::api::ncclResult_t r, const char* call) const {
+        const auto deadline = std::chrono::steady_clock::now() + s_->options.timeout;
+        while (int(r) == nccl::in_progress) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                s_->abort(std::string(call) + " was still in progress after " + std::to_string(s_->options.timeout.count()) + " ms");
+                s_->check();
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            nccl::check(nccl::api::ncclCommGetAsyncError(s_->comm, &r), "ncclCommGetAsyncError", s_->comm);
+        }
+        nccl::check(r, call, s_->comm);
+    }
+
+    // A new communicator's initialisation (non-blocking) until it joined; on failure or timeout it
+    // is aborted and the error names the call.
+    static void finish_init(nccl::api::ncclComm_t comm, nccl::api::ncclResult_t r, const std::string& what, std::chrono::milliseconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (int(r) == nccl::in_progress && comm) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                (void)nccl::api::ncclCommAbort(comm);
+                throw LibraryError("NCCL", nccl::in_progress, "ncclInProgress (initialisation timed out)",
+                                   what + ": not every rank joined within " + std::to_string(timeout.count()) +
+                                       " ms (a rank that never started or failed first, or ranks given different ids)",
+                                   std::source_location::current());
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (nccl::api::ncclCommGetAsyncError(comm, &r) != nccl::api::ncclResult_t(0)) break;
+        }
+        if (r != nccl::api::ncclResult_t(0)) {
+            try {
+                nccl::check(r, what.c_str(), comm);
+            } catch (...) {
+                if (comm) (void)nccl::api::ncclCommAbort(comm);
+                throw;
+            }
+        }
+    }
+
+    // The debug exchange: every rank's header, gathered; any difference throws on every rank.
+    void exchange_headers(const Header& h, int dtype, const char* name) const {
+        static const char* kinds[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all"};
+        const std::vector<std::int64_t> mine{h.kind, h.arg, h.count, dtype};
+        const auto in = from_host<std::int64_t>(std::span<const std::int64_t>(mine), Shape{4}, TensorOptions{.device = device()});
+        const auto out = empty<std::int64_t>({4 * std::int64_t(size())}, TensorOptions{.device = device()});
+        const rt::stream_t s = current_stream(device()).handle();
+        settle(nccl::api::ncclAllGather(in.data(), out.data(), 4, nccl::data_type<std::int64_t>(), s_->comm, s), "ncclAllGather (debug exchange)");
+        const std::vector<std::int64_t> all = out.to_vector();
+        auto describe = [&](int r) {
+            const std::int64_t* x = all.data() + 4 * r;
+            return "rank " + std::to_string(r) + " calls " + kinds[x[0] >= 1 && x[0] <= 6 ? x[0] : 0] + " of " + std::to_string(x[2]) +
+                   " elements of NCCL type " + std::to_string(x[3]) + " (operation/root code " + std::to_string(x[1]) + ")";
+        };
+        for (int r = 1; r < size(); ++r)
+            if (!std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r))
+                fail(name, ": the ranks disagree (TESSEL_DIST_DEBUG): ", describe(0), ", ", describe(r),
+                     "; every rank must issue the same collectives in the same order with the same sizes");
+    }
     // Checks the tensors (defined, contiguous, on this rank's device) and the stream, orders the
     // call after their last writes, and tells the caching allocator the stream uses them.
     template <class T>

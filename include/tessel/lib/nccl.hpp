@@ -43,6 +43,12 @@ using ::ncclCommCuDevice;
 using ::ncclCommDestroy;
 using ::ncclCommGetAsyncError;
 using ::ncclCommInitAll;
+using ::ncclCommInitRank;
+using ::ncclCommInitRankConfig;
+using ::ncclCommSplit;
+using ::ncclConfig_t;
+using ::ncclGetUniqueId;
+using ::ncclUniqueId;
 using ::ncclCommUserRank;
 using ::ncclDataType_t;
 using ::ncclGetErrorString;
@@ -59,6 +65,20 @@ using ::ncclSend;
 #else
 namespace api = ::tessel::sim::nccl;
 #endif
+
+inline constexpr int in_progress = 7;  // ncclInProgress: a non-blocking communicator's call is still under way
+inline constexpr int split_no_color = -1;  // NCCL_SPLIT_NOCOLOR
+
+// A communicator configuration, blocking or not (NCCL's defaults otherwise).
+inline api::ncclConfig_t config(bool blocking) {
+#if defined(TESSEL_BACKEND_CUDA)
+    api::ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+#else
+    api::ncclConfig_t c{};
+#endif
+    c.blocking = blocking ? 1 : 0;
+    return c;
+}
 
 // Throws LibraryError naming the result, the call and what NCCL last said about `comm`.
 inline void check(api::ncclResult_t r, const char* call, api::ncclComm_t comm = nullptr,

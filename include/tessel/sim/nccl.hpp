@@ -50,6 +50,23 @@ struct ncclComm;
 using ncclComm_t = ncclComm*;
 
 TESSEL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist);
+
+// One process per rank (sim/nccl_net.hpp): the id names a hub that ncclGetUniqueId starts in its
+// process (a loopback TCP listener); every rank's ncclCommInitRank joins it.
+struct ncclUniqueId {
+    char internal[128];
+};
+struct ncclConfig_t {  // the fields of NCCL's that the stand-in reads
+    std::size_t size = sizeof(ncclConfig_t);
+    unsigned magic = 0xcafebeef;
+    unsigned version = 0;
+    int blocking = 1;  // 0: ncclCommInitRankConfig returns ncclInProgress; ncclCommGetAsyncError says when it joined
+};
+inline constexpr int ncclSplitNoColor = -1;  // NCCL_SPLIT_NOCOLOR
+TESSEL_API ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
+TESSEL_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
+TESSEL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config);
+TESSEL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config);
 TESSEL_API ncclResult_t ncclCommDestroy(ncclComm_t comm);
 TESSEL_API ncclResult_t ncclCommAbort(ncclComm_t comm);
 TESSEL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error);
@@ -100,6 +117,7 @@ namespace tessel::sim::nccl {
 
 namespace detail {
 
+struct Remote;
 enum class Kind { all_reduce, broadcast, reduce, all_gather, reduce_scatter, send, recv };
 inline const char* kind_name(Kind k) {
     switch (k) {
@@ -158,6 +176,7 @@ struct Clique {
     std::mutex m;
     std::condition_variable cv;
     bool aborted = false;
+    std::string reason;                                             // why it was aborted, for the waiting ranks' errors
     std::map<std::uint64_t, Op> collectives;                        // by call sequence
     std::map<std::tuple<int, int, std::uint64_t>, Op> transfers;  // (from, to, k-th transfer between them)
 };
@@ -269,8 +288,9 @@ inline std::string execute(std::vector<std::optional<Arrival>>& r) {
 }  // namespace detail
 
 struct ncclComm {
-    std::shared_ptr<detail::Clique> clique;
-    int rank = 0, device = 0;
+    std::shared_ptr<detail::Clique> clique;  // ncclCommInitAll's ranks of this process (on the hub: a remote clique)
+    std::shared_ptr<detail::Remote> remote;  // ncclCommInitRank: the connection to the hub (sim/nccl_net.hpp)
+    int rank = 0, n = 1, device = 0;
     std::uint64_t next_collective = 0;                  // host side: the call sequence
     std::map<std::tuple<int, int, bool>, std::uint64_t> next_transfer;  // (from, to, a send) -> next k: a rank's sends and receives count apart
     std::mutex m;                                       // the two below
@@ -340,53 +360,77 @@ inline std::string run(const Item& it, Op& op) {
     return {};
 }
 
+// An item's arrival at its op; the last party to arrive runs it and wakes the others.
+inline void arrive(const Item& it) {
+    Clique& q = *it.comm->clique;
+    std::lock_guard lk(q.m);
+    int party = 0;
+    std::vector<int> ranks;
+    Op& op = op_of(it, party, ranks);
+    op.ranks[std::size_t(party)] = it.a;
+    if (++op.arrived == int(ranks.size())) {
+        op.error = run(it, op);
+        op.result = op.error.empty() ? ncclSuccess : ncclInvalidUsage;
+        op.done = true;
+        q.cv.notify_all();
+    }
+}
+
+// Waits for an arrived item's op to complete or the clique to abort: "" or what went wrong (also
+// recorded as the communicator's asynchronous error).
+inline std::string await(const Item& it, ncclResult_t* result = nullptr) {
+    ncclComm* c = it.comm.get();
+    Clique& q = *c->clique;
+    std::unique_lock lk(q.m);
+    int party = 0;
+    std::vector<int> ranks;
+    Op& op = op_of(it, party, ranks);
+    q.cv.wait(lk, [&] { return op.done || q.aborted; });
+    const char* name = kind_name(it.a.kind);
+    std::string what;
+    if (!op.done) {
+        std::string missing;
+        for (std::size_t k = 0; k < op.ranks.size(); ++k)
+            if (!op.ranks[k]) missing += (missing.empty() ? "" : ", ") + std::to_string(ranks[k]);
+        what = std::string(name) + " on rank " + std::to_string(c->rank) + " aborted: " +
+               (q.reason.empty() ? std::string("the communicator was aborted") : q.reason) + " while waiting for rank(s) " + missing +
+               ", which never joined";
+        record_error(c, ncclRemoteError, what);
+        if (result) *result = ncclRemoteError;
+    } else if (op.result != ncclSuccess) {
+        what = std::string(name) + " on rank " + std::to_string(c->rank) + ": " + op.error;
+        record_error(c, op.result, what);
+        if (result) *result = op.result;
+    }
+    if (op.done && ++op.released == int(ranks.size())) {
+        if (it.p2p) q.transfers.erase({it.pair.first, it.pair.second, it.seq});
+        else q.collectives.erase(it.seq);
+    }
+    return what;
+}
+
+}  // namespace detail
+}  // namespace tessel::sim::nccl
+
+#include "nccl_net.hpp"  // ranks of other processes: the hub and its clients
+
+namespace tessel::sim::nccl {
+namespace detail {
+
 // A stream's share of a group (or one call): every item arrives first, then each waits for its
 // op, so a rank's sends and receives to itself, or to peers whose matching calls sit later on the
-// same stream, complete as NCCL's grouped calls do. Runs on the stream's worker; throws the first
-// failure, after every item has been released.
+// same stream, complete as NCCL's grouped calls do. Items of communicators from ncclCommInitRank
+// go to the hub in one connection first (sim/nccl_net.hpp). Runs on the stream's worker; throws
+// the first failure, after every item has been released.
 inline void run_items(const std::vector<Item>& items) {
-    for (const Item& it : items) {
-        Clique& q = *it.comm->clique;
-        std::lock_guard lk(q.m);
-        int party = 0;
-        std::vector<int> ranks;
-        Op& op = op_of(it, party, ranks);
-        op.ranks[std::size_t(party)] = it.a;
-        if (++op.arrived == int(ranks.size())) {
-            op.error = run(it, op);
-            op.result = op.error.empty() ? ncclSuccess : ncclInvalidUsage;
-            op.done = true;
-            q.cv.notify_all();
-        }
-    }
+    std::vector<const Item*> local, remote;
+    for (const Item& it : items) (it.comm->remote ? remote : local).push_back(&it);
+    RemoteCall call = remote_send(remote);
+    for (const Item* it : local) arrive(*it);
     std::string first_error;
-    for (const Item& it : items) {
-        ncclComm* c = it.comm.get();
-        Clique& q = *c->clique;
-        std::unique_lock lk(q.m);
-        int party = 0;
-        std::vector<int> ranks;
-        Op& op = op_of(it, party, ranks);
-        q.cv.wait(lk, [&] { return op.done || q.aborted; });
-        const char* name = kind_name(it.a.kind);
-        std::string what;
-        if (!op.done) {
-            std::string missing;
-            for (std::size_t k = 0; k < op.ranks.size(); ++k)
-                if (!op.ranks[k]) missing += (missing.empty() ? "" : ", ") + std::to_string(ranks[k]);
-            what = std::string(name) + " on rank " + std::to_string(c->rank) + " aborted: the communicator was aborted while waiting for "
-                   "rank(s) " + missing + ", which never joined";
-            record_error(c, ncclRemoteError, what);
-        } else if (op.result != ncclSuccess) {
-            what = std::string(name) + " on rank " + std::to_string(c->rank) + ": " + op.error;
-            record_error(c, op.result, what);
-        }
-        if (first_error.empty()) first_error = what;
-        if (op.done && ++op.released == int(ranks.size())) {
-            if (it.p2p) q.transfers.erase({it.pair.first, it.pair.second, it.seq});
-            else q.collectives.erase(it.seq);
-        }
-    }
+    for (const Item* it : local)
+        if (std::string e = await(*it); first_error.empty()) first_error = std::move(e);
+    if (std::string e = remote_finish(call); first_error.empty()) first_error = std::move(e);
     if (!first_error.empty()) throw std::runtime_error(first_error);
 }
 
@@ -416,7 +460,7 @@ inline ncclResult_t enqueue(ncclComm* c, cudaStream_t stream, Arrival a) {
     if (!keep) return ncclInvalidArgument;
     if (a.type < ncclInt8 || a.type > ncclFloat8e5m2 || a.op < ncclSum || a.op > ncclAvg) return ncclInvalidArgument;
     if (a.count > 0 && ((a.kind != Kind::recv && !a.send) || (a.kind != Kind::send && !a.recv))) return ncclInvalidArgument;
-    const int n = c->clique->n;
+    const int n = c->n;
     if ((a.kind == Kind::broadcast || a.kind == Kind::reduce || a.kind == Kind::send || a.kind == Kind::recv) && (a.root < 0 || a.root >= n))
         return ncclInvalidArgument;
     {
@@ -452,6 +496,7 @@ TESSEL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
         auto c = std::make_shared<ncclComm>();
         c->clique = clique;
         c->rank = i;
+        c->n = ndev;
         c->device = devlist ? devlist[i] : i;
         comms[i] = c.get();
         detail::registry()[c.get()] = c;
@@ -460,18 +505,33 @@ TESSEL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
 }
 
 TESSEL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    std::shared_ptr<ncclComm> keep = detail::registry_find(comm);
+    if (!keep) return ncclInvalidArgument;
+    if (keep->remote) detail::remote_leave(*keep);  // tells the hub this rank left
     std::lock_guard lk(detail::registry_m());
-    return detail::registry().erase(comm) ? ncclSuccess : ncclInvalidArgument;
+    detail::registry().erase(comm);
+    return ncclSuccess;
 }
 
+// As NCCL's, abort also frees the communicator: the handle is invalid afterwards (calls queued
+// before keep it alive until they end, with an error if they were waiting).
 TESSEL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
-    {
-        std::lock_guard lk(comm->clique->m);
-        comm->clique->aborted = true;
-    }
-    comm->clique->cv.notify_all();
+    std::shared_ptr<ncclComm> keep = detail::registry_find(comm);
+    if (!keep) return ncclInvalidArgument;
     detail::record_error(comm, ncclRemoteError, "the communicator was aborted (ncclCommAbort)");
+    if (keep->remote) {
+        detail::remote_abort(*keep);  // wakes this rank's waits; the hub then fails the other ranks' waits
+    } else {
+        {
+            std::lock_guard lk(comm->clique->m);
+            comm->clique->aborted = true;
+            if (comm->clique->reason.empty()) comm->clique->reason = "rank " + std::to_string(comm->rank) + " aborted the communicator";
+        }
+        comm->clique->cv.notify_all();
+    }
+    std::lock_guard lk(detail::registry_m());
+    detail::registry().erase(comm);
     return ncclSuccess;
 }
 
@@ -504,7 +564,7 @@ TESSEL_API const char* ncclGetLastError(ncclComm_t comm) {
 
 TESSEL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
     if (!comm || !count) return ncclInvalidArgument;
-    *count = comm->clique->n;
+    *count = comm->n;
     return ncclSuccess;
 }
 TESSEL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {

@@ -91,9 +91,18 @@ public:
     int priority() const { return priority_; }
     bool is_default() const { return handle_ == nullptr; }
 
-    void synchronize() const { rt::stream_synchronize(handle()); }
+    // On the stream's own device: a default stream's null handle means the *current* device's
+    // default stream to CUDA, so without the guard current_stream(Device{2}).synchronize() called
+    // from device 0 would wait for the wrong device.
+    void synchronize() const {
+        const DeviceGuard guard(device_);
+        rt::stream_synchronize(handle());
+    }
     // True when all queued work has finished.
-    bool query() const { return rt::stream_query(handle()); }
+    bool query() const {
+        const DeviceGuard guard(device_);
+        return rt::stream_query(handle());
+    }
     // Work queued on this stream after this call waits for `e`.
     inline void wait(const Event& e) const;
 
@@ -161,6 +170,7 @@ private:
 
 inline void Stream::wait(const Event& e) const {
     require(e.valid(), "Stream::wait: the Event was moved from and holds no event");
+    const DeviceGuard guard(device_);  // as synchronize(): a null handle names the current device's default stream
     rt::stream_wait_event(handle(), e.handle());
 }
 

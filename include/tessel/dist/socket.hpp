@@ -1,0 +1,254 @@
+// TCP sockets for the rendezvous (dist/store.hpp) and the sim's NCCL stand-in across processes
+// (sim/nccl_net.hpp): a connection that owns its descriptor, connect-with-retry until a deadline
+// (rank 0 may start after the others, as with torchrun), a listener on a given or an ephemeral port,
+// and length-prefixed messages. POSIX (Linux) only. Failures throw NetworkError naming the peer and
+// what the system said; a peer that closed the connection reads as `false`, not an exception, so
+// callers can say which rank went away.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/error.hpp"
+
+namespace tessel::dist {
+
+// A connection or listener could not be made, or broke mid-message.
+class NetworkError : public Error {
+public:
+    explicit NetworkError(const std::string& what) : Error(what) {}
+};
+
+// A TCP socket descriptor, closed on destruction.
+class Socket {
+public:
+    Socket() = default;
+    explicit Socket(int fd) : fd_(fd) {}
+    Socket(Socket&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    Socket& operator=(Socket&& o) noexcept {
+        if (this != &o) close(), fd_ = std::exchange(o.fd_, -1);
+        return *this;
+    }
+    Socket(const Socket&) = delete;
+    Socket& operator=(const Socket&) = delete;
+    ~Socket() { close(); }
+
+    int fd() const { return fd_; }
+    bool valid() const { return fd_ >= 0; }
+    void close() {
+        if (fd_ >= 0) ::close(fd_), fd_ = -1;
+    }
+    // Wakes a thread blocked on this socket in another thread (its recv returns end of stream).
+    void shutdown() const {
+        if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+    }
+
+    void send_all(const void* data, std::size_t n) const {
+        const char* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) throw NetworkError(std::string("send failed: ") + std::strerror(errno));
+            p += k, n -= std::size_t(k);
+        }
+    }
+    // false when the peer closed the connection (or it was shut down) before n bytes came.
+    bool recv_all(void* data, std::size_t n) const {
+        char* p = static_cast<char*>(data);
+        while (n > 0) {
+            const ssize_t k = ::recv(fd_, p, n, 0);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) return false;
+            p += k, n -= std::size_t(k);
+        }
+        return true;
+    }
+    // Waits until the socket is readable (data or end of stream); false on timeout.
+    bool wait_readable(std::chrono::milliseconds timeout) const {
+        pollfd p{fd_, POLLIN, 0};
+        for (;;) {
+            const int r = ::poll(&p, 1, int(std::min<long long>(timeout.count(), 1 << 30)));
+            if (r < 0 && errno == EINTR) continue;
+            return r > 0;
+        }
+    }
+
+    // Messages: a 64-bit length, then the bytes.
+    void send_message(const std::string& m) const {
+        const std::uint64_t n = m.size();
+        send_all(&n, sizeof n);
+        send_all(m.data(), m.size());
+    }
+    bool recv_message(std::string& m) const {
+        std::uint64_t n = 0;
+        if (!recv_all(&n, sizeof n)) return false;
+        if (n > (std::uint64_t(1) << 40)) throw NetworkError("a message of " + std::to_string(n) + " bytes: not a tessel peer");
+        m.resize(std::size_t(n));
+        return recv_all(m.data(), m.size());
+    }
+
+private:
+    int fd_ = -1;
+};
+
+namespace detail {
+inline void set_nodelay(int fd) {
+    const int one = 1;
+    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+}  // namespace detail
+
+// Connects to host:port, retrying every 50 ms until `timeout` (the listener may not be up yet).
+inline Socket connect_to(const std::string& host, int port, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string last = "no attempt";
+    for (;;) {
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* res = nullptr;
+        const int g = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+        if (g != 0) {
+            last = std::string("cannot resolve the address: ") + ::gai_strerror(g);
+        } else {
+            for (addrinfo* a = res; a; a = a->ai_next) {
+                Socket s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+                if (!s.valid()) continue;
+                if (::connect(s.fd(), a->ai_addr, a->ai_addrlen) == 0) {
+                    ::freeaddrinfo(res);
+                    detail::set_nodelay(s.fd());
+                    return s;
+                }
+                last = std::strerror(errno);
+            }
+            ::freeaddrinfo(res);
+        }
+        if (std::chrono::steady_clock::now() >= deadline)
+            throw NetworkError("could not connect to " + host + ":" + std::to_string(port) + " within " + std::to_string(timeout.count()) +
+                               " ms (" + last + ")");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
+// A listening socket on host:port (port 0: an ephemeral port; port() says which).
+class Listener {
+public:
+    Listener(const std::string& host, int port) {
+        addrinfo hints{};
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE;
+        addrinfo* res = nullptr;
+        const int g = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
+        if (g != 0) throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(g));
+        std::string last = "no address";
+        for (addrinfo* a = res; a && !s_.valid(); a = a->ai_next) {
+            Socket s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+            if (!s.valid()) continue;
+            const int one = 1;
+            (void)::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            if (::bind(s.fd(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(s.fd(), 128) == 0) s_ = std::move(s);
+            else last = std::strerror(errno);
+        }
+        ::freeaddrinfo(res);
+        if (!s_.valid())
+            throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + " (" + last +
+                               (port ? "; is another job using this port? choose another MASTER_PORT)" : ")"));
+        sockaddr_in addr{};
+        socklen_t len = sizeof addr;
+        ::getsockname(s_.fd(), reinterpret_cast<sockaddr*>(&addr), &len);
+        port_ = ntohs(addr.sin_port);
+    }
+    int port() const { return port_; }
+    // The next connection; an invalid Socket once shutdown() was called.
+    Socket accept() const {
+        for (;;) {
+            const int fd = ::accept(s_.fd(), nullptr, nullptr);
+            if (fd >= 0) {
+                detail::set_nodelay(fd);
+                return Socket(fd);
+            }
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            return Socket();
+        }
+    }
+    // Wakes accept() in another thread; it then returns an invalid Socket.
+    void shutdown() const { ::shutdown(s_.fd(), SHUT_RDWR); }
+
+private:
+    Socket s_;
+    int port_ = 0;
+};
+
+// Little-endian-agnostic (same-machine or same-architecture) message building and parsing.
+class Writer {
+public:
+    template <class T>
+    Writer& put(const T& v) {
+        static_assert(std::is_trivially_copyable_v<T>);
+        const auto* p = reinterpret_cast<const char*>(&v);
+        s_.append(p, sizeof v);
+        return *this;
+    }
+    Writer& put_string(const std::string& v) {
+        put(std::uint64_t(v.size()));
+        s_.append(v);
+        return *this;
+    }
+    Writer& put_bytes(const void* p, std::size_t n) {
+        put(std::uint64_t(n));
+        s_.append(static_cast<const char*>(p), n);
+        return *this;
+    }
+    const std::string& str() const { return s_; }
+
+private:
+    std::string s_;
+};
+
+class Reader {
+public:
+    explicit Reader(const std::string& s) : s_(s) {}
+    template <class T>
+    T get() {
+        static_assert(std::is_trivially_copyable_v<T>);
+        need(sizeof(T));
+        T v;
+        std::memcpy(&v, s_.data() + at_, sizeof v);
+        at_ += sizeof v;
+        return v;
+    }
+    std::string get_string() {
+        const auto n = std::size_t(get<std::uint64_t>());
+        need(n);
+        std::string v = s_.substr(at_, n);
+        at_ += n;
+        return v;
+    }
+
+private:
+    void need(std::size_t n) const {
+        if (at_ + n > s_.size()) throw NetworkError("a truncated message from a peer");
+    }
+    const std::string& s_;
+    std::size_t at_ = 0;
+};
+
+}  // namespace tessel::dist

@@ -1,0 +1,172 @@
+// tessel-run: starts N processes of a program as the ranks of one job on this host, like torchrun's
+// single-node mode. Each rank gets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and
+// LOCAL_WORLD_SIZE (dist::Communicator::from_env reads them); its output lines come back prefixed
+// with "[rank R] ". When a rank fails, the others have --grace seconds to notice (their collectives
+// fail fast: NCCL's remote error, the watchdog's timeout) before they are terminated; the exit
+// status is then the failed rank's. On the sim each rank also gets TESSEL_SIM_DEVICES=N (unless
+// set), so LOCAL_RANK names a simulated device of its own. docs/multi-gpu.md.
+//
+//   tessel-run -n N [--master-port P] [--grace SECONDS] program [args...]
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Rank {
+    pid_t pid = -1;
+    int out = -1;        // read end of its stdout+stderr pipe
+    std::string partial;  // an unfinished line
+    bool running = true;
+    int status = 0;
+};
+
+[[noreturn]] void usage(const char* why) {
+    std::fprintf(stderr, "tessel-run: %s\nusage: tessel-run -n N [--master-port P] [--grace SECONDS] program [args...]\n", why);
+    std::exit(2);
+}
+
+// A port no one listens on now (bound then released; the job's rank 0 takes it a moment later).
+int free_port() {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+        std::perror("tessel-run: finding a free port");
+        std::exit(1);
+    }
+    ::close(s);
+    return ntohs(a.sin_port);
+}
+
+void emit(int rank, const std::string& line) {
+    std::printf("[rank %d] %s\n", rank, line.c_str());
+    std::fflush(stdout);
+}
+
+// Forwards what rank r wrote; false at end of stream.
+bool drain(Rank& r, int index) {
+    char buf[4096];
+    const ssize_t k = ::read(r.out, buf, sizeof buf);
+    if (k <= 0) {
+        if (!r.partial.empty()) emit(index, r.partial), r.partial.clear();
+        return false;
+    }
+    r.partial.append(buf, std::size_t(k));
+    for (std::size_t nl; (nl = r.partial.find('\n')) != std::string::npos;) {
+        emit(index, r.partial.substr(0, nl));
+        r.partial.erase(0, nl + 1);
+    }
+    return true;
+}
+
+std::string describe(int status) {
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    return "ended";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int n = 0, port = 0;
+    double grace = 10;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> const char* {
+            if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+            return argv[++i];
+        };
+        if (a == "-n" || a == "--nproc-per-node") n = std::atoi(value());
+        else if (a == "--master-port") port = std::atoi(value());
+        else if (a == "--grace") grace = std::atof(value());
+        else if (a == "-h" || a == "--help") usage("starts N ranks of a program");
+        else usage(("unknown option " + a).c_str());
+    }
+    if (n < 1) usage("-n N: the number of ranks (at least 1)");
+    if (i >= argc) usage("no program given");
+    if (port < 0 || port > 65535) usage("--master-port must be in 1-65535");
+    if (port == 0) port = free_port();
+
+    std::vector<Rank> ranks(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+        int fds[2];
+        if (::pipe(fds) != 0) return std::perror("tessel-run: pipe"), 1;
+        const pid_t pid = ::fork();
+        if (pid < 0) return std::perror("tessel-run: fork"), 1;
+        if (pid == 0) {
+            ::dup2(fds[1], 1);
+            ::dup2(fds[1], 2);
+            ::close(fds[0]);
+            ::close(fds[1]);
+            ::setenv("MASTER_ADDR", "127.0.0.1", 0);
+            ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+            ::setenv("RANK", std::to_string(r).c_str(), 1);
+            ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+            ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+            ::setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+#if defined(TESSEL_BACKEND_SIM)
+            ::setenv("TESSEL_SIM_DEVICES", std::to_string(n).c_str(), 0);
+#endif
+            ::execvp(argv[i], argv + i);
+            std::fprintf(stderr, "tessel-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
+            std::_Exit(127);
+        }
+        ::close(fds[1]);
+        ranks[std::size_t(r)].pid = pid;
+        ranks[std::size_t(r)].out = fds[0];
+    }
+
+    int failed = -1;
+    auto failed_at = std::chrono::steady_clock::time_point{};
+    bool terminated = false;
+    for (;;) {
+        std::vector<pollfd> p;
+        std::vector<int> who;
+        for (int r = 0; r < n; ++r)
+            if (ranks[std::size_t(r)].out >= 0) p.push_back({ranks[std::size_t(r)].out, POLLIN, 0}), who.push_back(r);
+        if (!p.empty()) ::poll(p.data(), p.size(), 100);
+        for (std::size_t k = 0; k < p.size(); ++k)
+            if (p[k].revents && !drain(ranks[std::size_t(who[k])], who[k]))
+                ::close(ranks[std::size_t(who[k])].out), ranks[std::size_t(who[k])].out = -1;
+        bool any_running = false;
+        for (int r = 0; r < n; ++r) {
+            Rank& x = ranks[std::size_t(r)];
+            if (x.running && ::waitpid(x.pid, &x.status, p.empty() ? 0 : WNOHANG) == x.pid) {
+                x.running = false;
+                const bool ok = WIFEXITED(x.status) && WEXITSTATUS(x.status) == 0;
+                if (!ok) {
+                    std::fprintf(stderr, "tessel-run: rank %d (pid %d) %s\n", r, int(x.pid), describe(x.status).c_str());
+                    if (failed < 0) failed = r, failed_at = std::chrono::steady_clock::now();
+                }
+            }
+            any_running |= x.running;
+        }
+        if (!any_running && p.empty()) break;
+        if (failed >= 0 && !terminated && any_running &&
+            std::chrono::steady_clock::now() - failed_at > std::chrono::duration<double>(grace)) {
+            std::fprintf(stderr, "tessel-run: terminating the ranks still running %g s after rank %d failed\n", grace, failed);
+            for (auto& x : ranks)
+                if (x.running) ::kill(x.pid, SIGTERM);
+            terminated = true;
+        }
+    }
+    if (failed < 0) return 0;
+    const int s = ranks[std::size_t(failed)].status;
+    return WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
+}
