@@ -412,6 +412,7 @@ inline std::string await(const Item& it, ncclResult_t* result = nullptr) {
 }  // namespace detail
 }  // namespace tessel::sim::nccl
 
+#define TESSEL_SIM_NCCL_NET_BODY
 #include "nccl_net.hpp"  // ranks of other processes: the hub and its clients
 
 namespace tessel::sim::nccl {

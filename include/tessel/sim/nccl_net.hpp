@@ -13,8 +13,12 @@
 //  - ncclCommSplit is a rendezvous on the membership connections; the hub hands each colour a new
 //    clique, ranks ordered by (key, old rank).
 // The hub does no device work: it runs in threads of rank 0's process and touches only its copies.
-#pragma once
-
+// Not a header of its own: sim/nccl.hpp includes it in the middle of its definitions. Included
+// alone (the header check), it includes nccl.hpp, which then includes it at that place.
+#if !defined(TESSEL_SIM_NCCL_NET_BODY)
+#include "nccl.hpp"
+#elif !defined(TESSEL_SIM_NCCL_NET_DONE)
+#define TESSEL_SIM_NCCL_NET_DONE
 #include <atomic>
 #include <map>
 #include <memory>
@@ -567,3 +571,4 @@ TESSEL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
 }
 
 }  // namespace tessel::sim::nccl
+#endif
