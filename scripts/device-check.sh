@@ -101,6 +101,20 @@ PY
   rm -f "$OUT/bench.log"
 fi
 build/device/tools/tessel-info --json >"$OUT/tessel-info.json" 2>&1
+# tessel-info's NVML readings beside nvidia-smi's, same fields, same moment (issue 13's check).
+fields=index,name,memory.total,memory.used,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current
+{ echo "nvidia-smi:"; nvidia-smi --query-gpu=$fields --format=csv; echo "tessel-info:"; build/device/tools/tessel-info --query=$fields --format=csv; } \
+  >>"$OUT/ctest.log" 2>&1
+row "tessel-info vs nvidia-smi" "$(grep -c . <<<"$(nvidia-smi -L 2>/dev/null)") GPU(s)" "both tables in ctest.log"
+# A process per GPU through tessel-run, and collectives as nccl-tests measures them.
+if ((budget_left=$(budget 40), budget_left >= 20)); then
+  t0=$SECONDS
+  timeout 20 build/device/tools/tessel-run -n 1 build/device/tests/dist_worker collectives >>"$OUT/ctest.log" 2>&1
+  rc1=$?
+  timeout 20 build/device/bench/tessel-collectives-bench -b 8 -e 1G -f 4 --iters 10 --warmup 3 >>"$OUT/ctest.log" 2>&1
+  rc2=$?
+  row "dist (tessel-run, collectives bench)" "$( ((rc1 == 0 && rc2 == 0)) && echo ok || echo FAILED)" "exit codes $rc1, $rc2 ($((SECONDS - t0)) s)"
+fi
 # The dispatch table MatmulPolicy::automatic would read, from this run (commit it as
 # include/tessel/ops/matmul_table.hpp together with bench.json under bench/results/).
 [ -s "$OUT/bench.json" ] && python3 bench/matmul_table.py "$OUT/bench.json" --out "$OUT/matmul_table.hpp" >>"$OUT/ctest.log" 2>&1

@@ -28,12 +28,10 @@ namespace {
 
 constexpr std::int64_t count = 1003;
 
-// Rank r's data: small integers, distinct per rank and element (never zero, so prod is non-trivial).
+// Rank r's data (tests/dist/collective_checks.hpp): small integers, distinct per rank and element.
 template <class T>
 std::vector<T> values(int rank, std::int64_t n, int salt = 0) {
-    std::vector<T> v(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = T(1 + (i * 7 + rank * 3 + salt) % 5);
-    return v;
+    return tessel_test::rank_values<T>(rank, n, salt);
 }
 template <class T>
 Tensor<T> on(const std::vector<T>& v, Device d) {

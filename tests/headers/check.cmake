@@ -6,7 +6,8 @@
 #         "must be compiled as CUDA" message (headers that launch kernels).
 # The sim's own headers (tessel/sim/) are the sim backend: the CUDA build never includes them.
 # Inputs: -DSOURCE_DIR -DWORK_DIR -DBACKEND -DCXX -DCUDA_COMPILER -DCUDA_INCLUDE -DCUDA_ARCH, and
-# -DGROUP=<dir under include/tessel> to check one directory (ctest runs the groups in parallel).
+# -DGROUP=<dir under include/tessel> to check one directory (ctest runs the groups in parallel),
+# -DPART/-DPARTS to check a share of it.
 cmake_minimum_required(VERSION 3.25)
 if(GROUP STREQUAL "top")
   file(GLOB headers RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/tessel/*.hpp")
@@ -19,6 +20,21 @@ if(BACKEND STREQUAL "cuda")
   list(FILTER headers EXCLUDE REGEX "^tessel/sim/")
 endif()
 list(SORT headers)
+# -DPART=k -DPARTS=n: every n-th header from the k-th (1-based), so ctest runs a large group's
+# parts side by side.
+if(PARTS)
+  set(part_headers "")
+  list(LENGTH headers count)
+  set(i 0)
+  foreach(h IN LISTS headers)
+    math(EXPR slot "${i} % ${PARTS} + 1")
+    if(slot EQUAL PART)
+      list(APPEND part_headers "${h}")
+    endif()
+    math(EXPR i "${i} + 1")
+  endforeach()
+  set(headers "${part_headers}")
+endif()
 file(MAKE_DIRECTORY "${WORK_DIR}")
 # -isystem, as find_package(tessel) gives them to users: this checks that each header stands alone,
 # not the warning settings of the project's own sources (those build with -Werror).

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <limits>
 
+#include <tessel/dist/communicator.hpp>
+#include <tessel/monitor/monitor.hpp>
 #include <tessel/runtime/peer.hpp>
 #include <tessel/tensor/dlpack.hpp>
 #include <tessel/tessel.hpp>
@@ -468,3 +470,66 @@ BAD_ENV("tensor", "peer access between devices that cannot", Expect::unsupported
         {{"TESSEL_SIM_DEVICES", "2"}, {"TESSEL_SIM_PEER", "0"}}) {
     enable_peer_access(Device{0}, Device{1});
 };
+
+// ---- monitoring: the sampler's options and policies --------------------------------------------
+BAD("monitor", "a zero sampling period", Expect::invalid_argument, "the period must be positive") {
+    monitor::Monitor m({.period = std::chrono::milliseconds(0)});
+};
+BAD("monitor", "an empty history", Expect::invalid_argument, "at least one sample") { monitor::Monitor m({.history = 0}); };
+BAD("monitor", "a device that does not exist", Expect::invalid_argument, "device 99 does not exist") {
+    monitor::Monitor m({.devices = {Device{99}}});
+};
+BAD("monitor", "a policy without a callback", Expect::invalid_argument, "policy needs a callback") {
+    monitor::Monitor m;
+    m.add_policy(monitor::Policy::temperature_above(90, nullptr));
+};
+BAD("monitor", "a leak watch of no checkpoints", Expect::invalid_argument, "at least 1 checkpoint") {
+    monitor::Monitor m;
+    m.add_policy(monitor::Policy::allocator_growth(0, [](const monitor::Alert&) {}));
+};
+
+#if defined(TESSEL_NCCL_AVAILABLE)
+// ---- collectives: communicators, tensors, ranks, the job's environment ---------------------------
+namespace {
+dist::Communicator one_rank() { return dist::Communicator::create_local({Device{0}})[0]; }
+}  // namespace
+BAD("dist", "create_local on a device that does not exist", Expect::invalid_argument, "device 7 does not exist") {
+    (void)dist::Communicator::create_local({Device{7}});
+};
+BAD("dist", "create_local with a device twice", Expect::invalid_argument, "device 0 is listed twice") {
+    (void)dist::Communicator::create_local({Device{0}, Device{0}});
+};
+BAD("dist", "create with a rank beyond the size", Expect::invalid_argument, "rank 3 is not in [0, 2)") {
+    (void)dist::Communicator::create(3, 2, dist::UniqueId{}, Device{0});
+};
+BAD("dist", "a zero timeout", Expect::invalid_argument, "the timeout must be positive") {
+    (void)dist::Communicator::create_local({Device{0}}, {.timeout = std::chrono::milliseconds(0)});
+};
+BAD("dist", "all_reduce of a host tensor", Expect::invalid_argument, "all_reduce: the tensor is in host memory") {
+    one_rank().all_reduce(host({4}));
+};
+BAD("dist", "all_reduce of a strided view", Expect::invalid_argument, "is not contiguous; pass t.contiguous()") {
+    one_rank().all_reduce(dev({4, 6}).transpose(0, 1));
+};
+BAD("dist", "avg of integers", Expect::invalid_argument, "avg of integer tensors would truncate") {
+    one_rank().all_reduce(zeros<std::int32_t>({4}), dist::ReduceOp::avg);
+};
+BAD("dist", "broadcast from a root that is not a rank", Expect::invalid_argument, "root 5 is not a rank of this communicator (1 ranks)") {
+    one_rank().broadcast(dev({4}), 5);
+};
+BAD("dist", "all_gather into an output of the wrong size", Expect::invalid_argument, "all_gather: out must hold 1 x 4 elements") {
+    one_rank().all_gather(dev({4}), dev({5}));
+};
+BAD_ENV("environment", "from_env without MASTER_PORT", Expect::invalid_argument, "MASTER_PORT is not set",
+        {{"RANK", "0"}, {"WORLD_SIZE", "2"}}) {
+    (void)dist::Communicator::from_env();
+};
+BAD_ENV("environment", "from_env with RANK >= WORLD_SIZE", Expect::invalid_argument, "RANK=4 must be in [0, WORLD_SIZE=4)",
+        {{"MASTER_PORT", "29500"}, {"RANK", "4"}, {"WORLD_SIZE", "4"}}) {
+    (void)dist::Communicator::from_env();
+};
+BAD_ENV("environment", "from_env with LOCAL_RANK beyond the devices", Expect::invalid_argument, "LOCAL_RANK=99 but this process sees",
+        {{"MASTER_PORT", "29500"}, {"RANK", "99"}, {"WORLD_SIZE", "100"}}) {
+    (void)dist::Communicator::from_env();
+};
+#endif

@@ -20,6 +20,7 @@
 #elif !defined(TESSEL_SIM_NCCL_NET_DONE)
 #define TESSEL_SIM_NCCL_NET_DONE
 #include <atomic>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -121,28 +122,40 @@ public:
             std::lock_guard lk(m_);
             stopping_ = true;
             for (auto& [nonce, h] : cliques_) fail(*h, "the process that called ncclGetUniqueId (the hub's) is exiting");
-            for (auto& c : connections_) ::shutdown(c->fd(), SHUT_RD);
+            for (auto& c : connections_) ::shutdown(c.socket->fd(), SHUT_RD);
         }
         listener_.shutdown();
         acceptor_.join();
-        for (auto& t : threads_) t.join();
+        for (auto& c : connections_) c.thread.join();
     }
     int port() const { return listener_.port(); }
 
 private:
+    // A thread per connection; every stream task of every rank opens one, so the threads that have
+    // finished are joined and their sockets closed as new ones come.
     void accept_loop() {
         for (;;) {
             Socket s = listener_.accept();
             std::lock_guard lk(m_);
             if (!s.valid() || stopping_) return;
+            for (auto it = connections_.begin(); it != connections_.end();) {
+                if (it->finished->load()) {
+                    it->thread.join();
+                    it = connections_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
             auto c = std::make_shared<Socket>(std::move(s));
-            connections_.push_back(c);
-            threads_.emplace_back([this, c] {
+            auto finished = std::make_shared<std::atomic<bool>>(false);
+            std::thread t([this, c, finished] {
                 try {
                     serve(c);
                 } catch (const std::exception&) {  // a broken connection or a malformed message ends that connection only
                 }
+                finished->store(true);
             });
+            connections_.push_back(Connection{c, std::move(t), finished});
         }
     }
     void serve(const std::shared_ptr<Socket>& s) {
@@ -211,7 +224,7 @@ private:
                 h->left[std::size_t(rank)] = 1;
                 if (!got && h->failure.empty())
                     fail(*h, "rank " + std::to_string(rank) + "'s process exited or it aborted its communicator");
-                if (++h->left_count == n && cliques_[nonce] == h) cliques_.erase(nonce);
+                if (auto it = cliques_.find(nonce); ++h->left_count == n && it != cliques_.end() && it->second == h) cliques_.erase(it);
                 return;
             }
             Reader q(msg);
@@ -299,8 +312,12 @@ private:
     std::condition_variable cv_;
     bool stopping_ = false;
     std::map<std::uint64_t, std::shared_ptr<HubClique>> cliques_;
-    std::vector<std::shared_ptr<Socket>> connections_;
-    std::vector<std::thread> threads_;
+    struct Connection {
+        std::shared_ptr<Socket> socket;
+        std::thread thread;
+        std::shared_ptr<std::atomic<bool>> finished;
+    };
+    std::list<Connection> connections_;
 };
 
 inline Hub& hub() {

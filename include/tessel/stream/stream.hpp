@@ -139,10 +139,14 @@ public:
         need("record");
         require(s.device() == device_, "Event::record: the event belongs to device ", device_.index,
                 " but the stream to device ", s.device().index);
+        const DeviceGuard guard(device_);  // a default stream's null handle names the current device's
         rt::event_record(event_, s.handle());
     }
-    // Records on a raw stream handle of this event's device.
-    void record(rt::stream_t s) { rt::event_record(need("record"), s); }
+    // Records on a raw stream handle of this event's device (null: that device's default stream).
+    void record(rt::stream_t s) {
+        const DeviceGuard guard(device_);
+        rt::event_record(need("record"), s);
+    }
     void synchronize() const { rt::event_synchronize(need("synchronize")); }
     bool query() const { return rt::event_query(need("query")); }
     // Milliseconds from this event to `end`; both must have completed and have timing enabled.
