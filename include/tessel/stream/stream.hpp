@@ -57,6 +57,20 @@ private:
 };
 }  // namespace detail
 
+namespace detail {
+// Runs f with `device` current when `s` is a default stream (a null handle is the *current*
+// device's default stream to CUDA); a created stream names its device itself, so nothing changes.
+template <class F>
+void on_device_of(rt::stream_t s, Device device, F&& f) {
+    if (s == nullptr && current_device() != device) {
+        const DeviceGuard guard(device);
+        f();
+    } else {
+        f();
+    }
+}
+}  // namespace detail
+
 // A CUDA stream of a device. Copies share the stream; when the last copy goes, the stream is kept
 // for reuse by a later Stream::create rather than destroyed (see StreamRecycler). The default stream
 // (Stream::default_stream) is shared by everyone.
@@ -92,16 +106,16 @@ public:
     bool is_default() const { return handle_ == nullptr; }
 
     // On the stream's own device: a default stream's null handle means the *current* device's
-    // default stream to CUDA, so without the guard current_stream(Device{2}).synchronize() called
-    // from device 0 would wait for the wrong device.
+    // default stream to CUDA, so current_stream(Device{2}).synchronize() called from device 0 must
+    // switch devices first (detail::on_device_of; created streams name their device themselves).
     void synchronize() const {
-        const DeviceGuard guard(device_);
-        rt::stream_synchronize(handle());
+        detail::on_device_of(handle(), device_, [&] { rt::stream_synchronize(handle()); });
     }
     // True when all queued work has finished.
     bool query() const {
-        const DeviceGuard guard(device_);
-        return rt::stream_query(handle());
+        bool done = false;
+        detail::on_device_of(handle(), device_, [&] { done = rt::stream_query(handle()); });
+        return done;
     }
     // Work queued on this stream after this call waits for `e`.
     inline void wait(const Event& e) const;
@@ -139,13 +153,12 @@ public:
         need("record");
         require(s.device() == device_, "Event::record: the event belongs to device ", device_.index,
                 " but the stream to device ", s.device().index);
-        const DeviceGuard guard(device_);  // a default stream's null handle names the current device's
-        rt::event_record(event_, s.handle());
+        detail::on_device_of(s.handle(), device_, [&] { rt::event_record(event_, s.handle()); });
     }
     // Records on a raw stream handle of this event's device (null: that device's default stream).
     void record(rt::stream_t s) {
-        const DeviceGuard guard(device_);
-        rt::event_record(need("record"), s);
+        need("record");
+        detail::on_device_of(s, device_, [&] { rt::event_record(event_, s); });
     }
     void synchronize() const { rt::event_synchronize(need("synchronize")); }
     bool query() const { return rt::event_query(need("query")); }
@@ -174,8 +187,7 @@ private:
 
 inline void Stream::wait(const Event& e) const {
     require(e.valid(), "Stream::wait: the Event was moved from and holds no event");
-    const DeviceGuard guard(device_);  // as synchronize(): a null handle names the current device's default stream
-    rt::stream_wait_event(handle(), e.handle());
+    detail::on_device_of(handle(), device_, [&] { rt::stream_wait_event(handle(), e.handle()); });
 }
 
 namespace detail {
