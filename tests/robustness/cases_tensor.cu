@@ -528,6 +528,18 @@ BAD_ENV("environment", "from_env with RANK >= WORLD_SIZE", Expect::invalid_argum
         {{"MASTER_PORT", "29500"}, {"RANK", "4"}, {"WORLD_SIZE", "4"}}) {
     (void)dist::Communicator::from_env();
 };
+BAD_ENV("environment", "from_env with RANK not an integer", Expect::invalid_argument, "RANK='one' is not an integer",
+        {{"MASTER_PORT", "29500"}, {"RANK", "one"}, {"WORLD_SIZE", "2"}}) {
+    (void)dist::Communicator::from_env();
+};
+BAD_ENV("environment", "from_env with MASTER_PORT out of range", Expect::invalid_argument, "MASTER_PORT=70000 is not a TCP port",
+        {{"MASTER_PORT", "70000"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}) {
+    (void)dist::Communicator::from_env();
+};
+BAD_ENV("environment", "from_env with LOCAL_RANK beyond LOCAL_WORLD_SIZE", Expect::invalid_argument, "LOCAL_RANK=2 must be in [0, LOCAL_WORLD_SIZE=2)",
+        {{"MASTER_PORT", "29500"}, {"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}) {
+    (void)dist::Communicator::from_env();
+};
 BAD_ENV("environment", "from_env with LOCAL_RANK beyond the devices", Expect::invalid_argument, "LOCAL_RANK=99 but this process sees",
         {{"MASTER_PORT", "29500"}, {"RANK", "99"}, {"WORLD_SIZE", "100"}}) {
     (void)dist::Communicator::from_env();

@@ -293,7 +293,8 @@ private:
             }
             (void)nccl::api::ncclCommAbort(comm);
         }
-        void check(std::source_location where = std::source_location::current()) {
+        // `pending`: what may still be in progress on a non-blocking communicator, for the timeout's message.
+        void check(const std::string& pending = "a group of calls", std::source_location where = std::source_location::current()) {
             {
                 std::lock_guard lk(m);
                 if (aborted)
@@ -308,8 +309,8 @@ private:
             // call until it settles.
             for (const auto deadline = std::chrono::steady_clock::now() + options.timeout; int(r) == nccl::in_progress;) {
                 if (std::chrono::steady_clock::now() > deadline) {
-                    abort("a group of calls was still in progress after " + std::to_string(options.timeout.count()) + " ms");
-                    return check(where);
+                    abort(pending + " was still in progress after " + std::to_string(options.timeout.count()) + " ms");
+                    return check(pending, where);
                 }
                 std::this_thread::sleep_for(std::chrono::microseconds(200));
                 nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
@@ -395,15 +396,7 @@ private:
 
     // A call's result; ncclInProgress (non-blocking communicators) is polled until it settles.
     void settle(nccl::api::ncclResult_t r, const char* call) const {
-        const auto deadline = std::chrono::steady_clock::now() + s_->options.timeout;
-        while (int(r) == nccl::in_progress) {
-            if (std::chrono::steady_clock::now() > deadline) {
-                s_->abort(std::string(call) + " was still in progress after " + std::to_string(s_->options.timeout.count()) + " ms");
-                s_->check();
-            }
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
-            nccl::check(nccl::api::ncclCommGetAsyncError(s_->comm, &r), "ncclCommGetAsyncError", s_->comm);
-        }
+        if (int(r) == nccl::in_progress) return s_->check(call);  // waits it out, throws on its error or timeout
         nccl::check(r, call, s_->comm);
     }
 
