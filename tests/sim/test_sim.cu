@@ -141,8 +141,11 @@ std::string fault_of(auto&& launch) {
 
 TEST_CASE("a __syncthreads that part of the block never reaches is reported, not a hang", "[sim][diagnostics]") {
     DeviceArray<int> out(64);
-    const std::string msg = fault_of([&] { tessel::launch(early_exit_then_barrier, 2, 64, 0, nullptr, out.data()); });
+    // clang-format off
+    const int launch_line = __LINE__; const std::string msg = fault_of([&] { tessel::launch(early_exit_then_barrier, 2, 64, 0, nullptr, out.data()); });
+    // clang-format on
     INFO(msg);
+    CHECK(msg.find("test_sim.cu:" + std::to_string(launch_line) + ")") != std::string::npos);  // "(launched at FILE:LINE)"
     CHECK(msg.find("divergent __syncthreads") != std::string::npos);
     CHECK(msg.find("early_exit_then_barrier") != std::string::npos);
     CHECK(msg.find("block (") != std::string::npos);

@@ -455,7 +455,7 @@ private:
                     " memory; collectives take device memory on the rank's device");
             require(t->device() == device(), name, ": the tensor is on device ", t->device().index, ", rank ", rank(), " is device ",
                     device().index);
-            require(t->is_contiguous(), name, ": the tensor (shape ", t->shape().to_string(), ", strides ", t->strides().to_string(),
+            require(t->is_contiguous(), name, ": the tensor (shape ", t->shape(), ", strides ", t->strides(),
                     ") is not contiguous; pass t.contiguous()");
         }
         const rt::stream_t s = stream ? *stream : current_stream(device()).handle();  // the caller holds a DeviceGuard

@@ -124,7 +124,7 @@ std::vector<LeafPlan> leaf_plans(const E& expr, const Shape& shape, Device devic
     expr.visit_leaves([&](const auto& t) {
         using T = typename std::remove_cvref_t<decltype(t)>::value_type;
         require(t.space() == MemorySpace::device || t.space() == MemorySpace::managed, "expression operand ", operand, " (",
-                dtype_traits<T>::name, ", shape ", t.shape().to_string(), ") is in ", space_name(t.space()),
+                dtype_traits<T>::name, ", shape ", t.shape(), ") is in ", space_name(t.space()),
                 " memory; move it to the device first (.to(MemorySpace::device))");
         require(t.device() == device, "expression operand ", operand, " is on ", backend_name, ":", t.device().index, " but ",
                 device_of, " is on ", backend_name, ":", device.index, "; copy it with .to({.device = ...}) first");
@@ -183,12 +183,12 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
         const int extra = shape.size() - expr_shape.size();
         bool ok = extra >= 0;
         for (int d = 0; ok && d < expr_shape.size(); ++d) ok = expr_shape[d] == 1 || expr_shape[d] == shape[d + extra];
-        require(ok, "expression assignment: an expression of shape ", expr_shape.to_string(),
-                " does not broadcast to the output's shape ", shape.to_string());
+        require(ok, "expression assignment: an expression of shape ", expr_shape,
+                " does not broadcast to the output's shape ", shape);
     }
     for (int d = 0; d < shape.size(); ++d)
-        require(shape[d] <= 1 || out_.strides()[d] != 0, "expression assignment: the output (shape ", shape.to_string(),
-                ", strides ", out_.strides().to_string(), ") repeats elements along dim ", d,
+        require(shape[d] <= 1 || out_.strides()[d] != 0, "expression assignment: the output (shape ", shape,
+                ", strides ", out_.strides(), ") repeats elements along dim ", d,
                 " (a broadcast view); write into a tensor whose elements are distinct");
 
     std::vector<LeafPlan> leaves = detail::leaf_plans(expr_, shape, device, "the output");
@@ -208,9 +208,9 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
         const auto r = detail::byte_range(l.data, l.layout, l.element_size);
         const bool disjoint = r.second < out_range.first || out_range.second < r.first;
         require(same_elements || disjoint, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
-                l.layout.shape.to_string(), ", strides ", l.layout.strides.to_string(),
-                ") overlaps the output at other positions (shape ", shape.to_string(), ", strides ",
-                out_.strides().to_string(), "), so elements would be read after being overwritten; pass a copy of it (.clone())");
+                l.layout.shape, ", strides ", l.layout.strides,
+                ") overlaps the output at other positions (shape ", shape, ", strides ",
+                out_.strides(), "), so elements would be read after being overwritten; pass a copy of it (.clone())");
     }
 
     const detail::Iteration it = detail::coalesce(shape, out_.strides(), leaves);

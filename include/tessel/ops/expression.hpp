@@ -241,7 +241,7 @@ inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     for (int k = 0; k < n; ++k) {
         const int ia = a.size() - n + k, ib = b.size() - n + k;
         const std::int64_t sa = ia >= 0 ? a[ia] : 1, sb = ib >= 0 ? b[ib] : 1;
-        require(sa == sb || sa == 1 || sb == 1, "operator ", op, ": shapes ", a.to_string(), " and ", b.to_string(),
+        require(sa == sb || sa == 1 || sb == 1, "operator ", op, ": shapes ", a, " and ", b,
                 " do not broadcast (dim ", k - n, ": ", sa, " vs ", sb, ")");
         out[std::size_t(k)] = sa == 1 ? sb : sa;
     }

@@ -28,8 +28,8 @@ struct MatmulShapes {
 template <class T>
 MatmulShapes matmul_shapes(const Tensor<T>& a, const Tensor<T>& b) {
     require(a.defined() && b.defined(), "matmul: ", a.defined() ? "b" : "a", " is an undefined (default-constructed) tensor");
-    require(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least one dim; got shapes ", a.shape().to_string(),
-            " and ", b.shape().to_string());
+    require(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least one dim; got shapes ", a.shape(),
+            " and ", b.shape());
     for (const Tensor<T>* t : {&a, &b})
         require(t->space() == MemorySpace::device || t->space() == MemorySpace::managed, "matmul: ", t == &a ? "a" : "b", " is in ",
                 space_name(t->space()), " memory; move it to the device first (.to(MemorySpace::device))");
@@ -39,7 +39,7 @@ MatmulShapes matmul_shapes(const Tensor<T>& a, const Tensor<T>& b) {
     s.a_vector = a.dim() == 1;
     s.b_vector = b.dim() == 1;
     const std::int64_t k_a = a.shape()[a.dim() - 1], k_b = b.shape()[s.b_vector ? 0 : b.dim() - 2];
-    require(k_a == k_b, "matmul: shapes ", a.shape().to_string(), " and ", b.shape().to_string(), " cannot be multiplied: a's last dim (",
+    require(k_a == k_b, "matmul: shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied: a's last dim (",
             k_a, ") differs from b's ", s.b_vector ? "only dim" : "second-to-last dim", " (", k_b, ")");
     const std::int64_t m = s.a_vector ? 1 : a.shape()[a.dim() - 2], n = s.b_vector ? 1 : b.shape()[b.dim() - 1];
     Shape batch_a, batch_b;
@@ -49,7 +49,7 @@ MatmulShapes matmul_shapes(const Tensor<T>& a, const Tensor<T>& b) {
     for (int i = 0; i < rank; ++i) {
         const int ia = i - (rank - batch_a.size()), ib = i - (rank - batch_b.size());
         const std::int64_t x = ia >= 0 ? batch_a[ia] : 1, y = ib >= 0 ? batch_b[ib] : 1;
-        require(x == y || x == 1 || y == 1, "matmul: the batch dims of ", a.shape().to_string(), " and ", b.shape().to_string(),
+        require(x == y || x == 1 || y == 1, "matmul: the batch dims of ", a.shape(), " and ", b.shape(),
                 " do not broadcast: ", x, " and ", y, " at batch dim ", i, " differ and neither is 1");
         s.full.push_back(x == 1 ? y : x);
     }
@@ -97,7 +97,7 @@ void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const M
         const std::int64_t want = rows ? m : n;
         require(t.defined() && t.dim() == 1 && t.numel() == want && t.is_contiguous(), "matmul: the ", rows ? "row" : "column",
                 " scale must be a contiguous 1-d fp32 tensor of ", want, " elements (one per output ", rows ? "row" : "column",
-                "), not shape ", t.defined() ? t.shape().to_string() : std::string("(undefined)"));
+                "), not shape ", ::tessel::detail::shape_of(t));
         require(t.device() == device && t.space() != MemorySpace::host && t.space() != MemorySpace::pinned, "matmul: the ",
                 rows ? "row" : "column", " scale must be in device memory on the operands' device ", device.index);
     }
@@ -106,7 +106,7 @@ void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const M
         const char* name = scale == &e.a_scale ? "a_scale" : "b_scale";
         const Tensor<float>& t = **scale;
         require(t.defined() && t.numel() == 1, "matmul: ", name, " is a per-tensor scale: one fp32 element, not shape ",
-                t.defined() ? t.shape().to_string() : std::string("(undefined)"));
+                ::tessel::detail::shape_of(t));
         require(t.device() == device && t.space() != MemorySpace::host && t.space() != MemorySpace::pinned, "matmul: ", name,
                 " must be in device memory on the operands' device ", device.index, " (cuBLASLt reads it on the device)");
         require(reinterpret_cast<std::uintptr_t>(t.data()) % alignof(float) == 0, "matmul: ", name, " is not 4-byte aligned");
@@ -115,14 +115,14 @@ void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const M
         const std::int64_t want = e.bias_per_row ? m : n;
         require(e.bias->defined() && e.bias->dim() == 1 && e.bias->numel() == want && e.bias->is_contiguous(), "matmul: the bias must be a "
                 "contiguous 1-d tensor of ", want, " elements (one per output ", e.bias_per_row ? "row" : "column", "), not shape ",
-                e.bias->defined() ? e.bias->shape().to_string() : std::string("(undefined)"));
+                ::tessel::detail::shape_of(*e.bias));
         require(e.bias->device() == device && e.bias->space() != MemorySpace::host && e.bias->space() != MemorySpace::pinned,
                 "matmul: the bias must be in device memory on the operands' device ", device.index);
     }
     if (e.residual) {
         require(e.residual->defined() && e.residual->shape() == s.result, "matmul: the residual has shape ",
-                e.residual->defined() ? e.residual->shape().to_string() : std::string("(undefined)"), " but the product has shape ",
-                s.result.to_string());
+                ::tessel::detail::shape_of(*e.residual), " but the product has shape ",
+                s.result);
         require(e.residual->device() == device && e.residual->space() != MemorySpace::host && e.residual->space() != MemorySpace::pinned,
                 "matmul: the residual must be in device memory on the operands' device ", device.index);
     }
@@ -187,17 +187,17 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
     require(out.space() == MemorySpace::device || out.space() == MemorySpace::managed, "matmul: out is in ", space_name(out.space()),
             " memory; it must be device memory");
     require(out.device() == a.device(), "matmul: out is on device ", out.device().index, ", the operands on device ", a.device().index);
-    require(out.shape() == s.result, "matmul: out has shape ", out.shape().to_string(), " but the product of ", a.shape().to_string(),
-            " and ", b.shape().to_string(), " has shape ", s.result.to_string());
-    require(::tessel::detail::distinct_elements(out.layout()), "matmul: out (shape ", out.shape().to_string(), ", strides ",
-            out.strides().to_string(), ") repeats elements (a broadcast or overlapping view); write into a tensor whose elements are distinct");
+    require(out.shape() == s.result, "matmul: out has shape ", out.shape(), " but the product of ", a.shape(),
+            " and ", b.shape(), " has shape ", s.result);
+    require(::tessel::detail::distinct_elements(out.layout()), "matmul: out (shape ", out.shape(), ", strides ",
+            out.strides(), ") repeats elements (a broadcast or overlapping view); write into a tensor whose elements are distinct");
     if (out.numel() > 0) {
         const auto ro = ops::detail::byte_range(out.data(), out.layout(), sizeof(Out));
         auto check = [&](const auto& t, const char* name) {
             if (t.numel() == 0) return;
             const auto r = ops::detail::byte_range(t.data(), t.layout(), sizeof(*t.data()));
-            require(r.second < ro.first || ro.second < r.first, "matmul: out (shape ", out.shape().to_string(), ", strides ",
-                    out.strides().to_string(), ") shares memory with ", name, "; a product cannot be written over its own input: use "
+            require(r.second < ro.first || ro.second < r.first, "matmul: out (shape ", out.shape(), ", strides ",
+                    out.strides(), ") shares memory with ", name, "; a product cannot be written over its own input: use "
                     "another output tensor");
         };
         check(a, "a");
@@ -232,9 +232,9 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_id
     static_assert(!std::is_same_v<T, std::int8_t> && !ops::detail::fp8_type<T>, "linear of int8 or fp8 tensors: call matmul(x, weight.transpose(0, 1), out, options, "
                   "epilogue) with an int8, fp32, bf16 or fp16 out and the epilogue's scales and bias");
     require(weight.defined() && weight.dim() == 2, "linear: the weight must be a 2-d tensor [out_features, in_features], not shape ",
-            weight.defined() ? weight.shape().to_string() : std::string("(undefined)"));
+            ::tessel::detail::shape_of(weight));
     require(x.defined() && x.dim() >= 1 && x.shape()[x.dim() - 1] == weight.shape()[1], "linear: the input's last dim must be the "
-            "weight's in_features (", weight.shape()[1], "); the input has shape ", x.defined() ? x.shape().to_string() : std::string("(undefined)"));
+            "weight's in_features (", weight.shape()[1], "); the input has shape ", ::tessel::detail::shape_of(x));
     return matmul(x, weight.transpose(0, 1), options, MatmulEpilogue<T>{.bias = bias, .bias_per_row = false, .activation = activation}, site);
 }
 

@@ -29,7 +29,7 @@ namespace ops::detail {
 template <Element P>
 Tensor<P> along_axis(const Tensor<P>& p, int axis, int rank, std::int64_t channels, const char* what) {
     require(p.dim() == 1 && p.numel() == channels, "quantisation: ", what, " must have shape [", channels, "], not ",
-            p.shape().to_string());
+            p.shape());
     Tensor<P> v = p;
     for (int d = axis + 1; d < rank; ++d) v = v.unsqueeze(-1);
     return v;

@@ -30,8 +30,8 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
     static_assert(is_float_type<T>, "random fills produce floating-point tensors");
     require(t.defined(), name, ": the tensor is undefined (default-constructed)");
     require(t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed), name,
-            ": needs a contiguous device or managed tensor, got ", space_name(t.space()), " memory, shape ", t.shape().to_string(),
-            ", strides ", t.strides().to_string());
+            ": needs a contiguous device or managed tensor, got ", space_name(t.space()), " memory, shape ", t.shape(),
+            ", strides ", t.strides());
     const std::uint64_t n = std::uint64_t(t.numel());
     if (n == 0) return;
     const Device device = t.device();

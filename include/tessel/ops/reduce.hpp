@@ -70,7 +70,7 @@ inline ReductionPlan plan_reduction(const char* name, const Shape& shape, const 
     if (axes.dims.empty()) reduced.fill(true);
     for (int d : axes.dims) {
         require(d >= -rank && d < std::max(rank, 1), name, ": axis ", d, " out of range for a tensor of rank ", rank, " (shape ",
-                shape.to_string(), ")");
+                shape, ")");
         const int w = d < 0 ? d + rank : d;
         require(rank == 0 || !reduced[std::size_t(w)], name, ": axis ", d, " given twice");
         if (rank > 0) reduced[std::size_t(w)] = true;
@@ -177,7 +177,7 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     const std::int64_t M = out.numel();
     if (M == 0) return out;
     if constexpr (needs_elements<Op, T>)
-        require(K > 0, name, ": the reduced dims of shape ", x.shape().to_string(), " are empty, and ", name,
+        require(K > 0, name, ": the reduced dims of shape ", x.shape(), " are empty, and ", name,
                 " of no elements is undefined");
 
     Shape outer_shape, outer_strides, inner_shape, inner_strides;
@@ -233,7 +233,7 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     const std::int64_t M = out.numel();
     if (M == 0) return out;
     if constexpr (needs_elements<Op, D>)
-        require(K > 0, name, ": the reduced dims of shape ", shape.to_string(), " are empty, and ", name, " of no elements is undefined");
+        require(K > 0, name, ": the reduced dims of shape ", shape, " are empty, and ", name, " of no elements is undefined");
 
     // Kept dims first, reduced dims last: element k of output o is then flat element o * K + k.
     std::vector<int> order = plan.kept;

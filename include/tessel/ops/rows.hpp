@@ -173,7 +173,7 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
             space_name(x.space()), " memory; move it to the device first");
     require(x.dim() > 0, name, ": needs at least one dim, the input is a scalar");
-    require(axis >= -x.dim() && axis < x.dim(), name, ": axis ", axis, " out of range for shape ", x.shape().to_string());
+    require(axis >= -x.dim() && axis < x.dim(), name, ": axis ", axis, " out of range for shape ", x.shape());
     const int last = x.dim() - 1, a = axis < 0 ? axis + x.dim() : axis;
     const Device device = x.device();
     const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
@@ -253,7 +253,7 @@ const T* parameter(const char* name, const char* what, const std::optional<Tenso
     if (!p) return nullptr;
     const std::int64_t cols = x.shape()[x.dim() - 1];
     require(p->dim() == 1 && p->numel() == cols && p->is_contiguous(), name, ": ", what, " must be a contiguous 1-d tensor of ",
-            cols, " elements (the last dim of ", x.shape().to_string(), "), not shape ", p->shape().to_string());
+            cols, " elements (the last dim of ", x.shape(), "), not shape ", p->shape());
     require(p->device() == x.device() && (p->space() == MemorySpace::device || p->space() == MemorySpace::managed), name, ": ",
             what, " must be in device memory on the input's device");
     return p->data();

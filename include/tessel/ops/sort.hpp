@@ -73,7 +73,7 @@ Tensor<T> rows_of(const Tensor<T>& x, int axis, rt::stream_t stream) {
     // A scalar has the axes 0 and -1, as in PyTorch (and tessel's transpose and squeeze).
     const int rank = std::max(x.dim(), 1);
     const int a = axis < 0 ? axis + rank : axis;
-    require(a >= 0 && a < rank, "axis ", axis, " out of range for shape ", x.shape().to_string());
+    require(a >= 0 && a < rank, "axis ", axis, " out of range for shape ", x.shape());
     const TensorOptions on{.device = x.device(), .stream = stream, .non_blocking = true};
     if (x.dim() == 0) return x.reshape({1}, stream).to(on);
     return a == x.dim() - 1 ? x.to(on) : x.transpose(a, x.dim() - 1).to(on);

@@ -25,10 +25,6 @@ struct GridDim {
 };
 
 namespace detail {
-inline std::string site_string(const std::source_location& s) {
-    return std::string(s.file_name()) + ":" + std::to_string(s.line());
-}
-
 #if defined(TESSEL_BACKEND_SIM)
 // A queued sim launch: the kernel and a copy of its arguments, alive until the grid has run.
 template <class... P>
@@ -54,7 +50,8 @@ void launch(void (*kernel)(P...), GridDim grid, dim3 block, std::size_t dynamic_
     static_assert((std::is_convertible_v<A&&, P> && ...), "tessel::launch: an argument does not convert to the kernel's parameter type");
 #if defined(TESSEL_BACKEND_SIM)
     auto call = std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...);
-    call->launch_site = detail::site_string(grid.site);
+    call->launch_file = grid.site.file_name();
+    call->launch_line = grid.site.line();
     rt::check(sim::api::launch_kernel(reinterpret_cast<const void*>(kernel), grid.dims, block, dynamic_smem, stream, call),
               "tessel::launch", grid.site);
 #else
@@ -73,7 +70,8 @@ void launch_cluster(void (*kernel)(P...), GridDim grid, dim3 block, dim3 cluster
     static_assert((std::is_convertible_v<A&&, P> && ...), "tessel::launch_cluster: an argument does not convert to the kernel's parameter type");
 #if defined(TESSEL_BACKEND_SIM)
     auto call = std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...);
-    call->launch_site = detail::site_string(grid.site);
+    call->launch_file = grid.site.file_name();
+    call->launch_line = grid.site.line();
     rt::check(sim::api::launch_kernel(reinterpret_cast<const void*>(kernel), grid.dims, block, dynamic_smem, stream, call, cluster),
               "tessel::launch_cluster", grid.site);
 #else

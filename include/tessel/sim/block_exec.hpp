@@ -32,7 +32,8 @@ struct LaunchSpec {
     dim3 cluster{1, 1, 1};  // thread-block cluster dims (sm_90): these blocks run at the same time
     std::size_t dynamic_smem = 0;
     std::string kernel_name;
-    std::string launch_site;
+    const char* launch_file = nullptr;  // where tessel::launch was called; formatted only if the kernel fails
+    unsigned launch_line = 0;
     void (*invoke)(const void* args) = nullptr;  // calls the kernel with a copy of the arguments
     const void* args = nullptr;
 };

@@ -676,7 +676,9 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
         try {
             WorkerPool::instance().run_grid(*call);
         } catch (const std::exception& e) {
-            st->fail(cudaErrorLaunchFailure, std::string(e.what()) + (call->launch_site.empty() ? "" : " (launched at " + call->launch_site + ")"));
+            st->fail(cudaErrorLaunchFailure, std::string(e.what()) + (call->launch_file ? std::string(" (launched at ") + call->launch_file + ":" +
+                                                                                       std::to_string(call->launch_line) + ")"
+                                                                                 : std::string()));
         } catch (...) {
             st->fail(cudaErrorLaunchFailure, "sim: kernel " + call->kernel_name + " failed with an unknown exception");
         }

@@ -109,7 +109,7 @@ void overlap_pipeline(const Tensor<In>& input, const Tensor<Out>& output, Step&&
                 space_name(space), contiguous ? "" : ", strided", "); the pipeline moves host data through the device");
     }
     require(input.numel() == output.numel(), "overlap_pipeline: the input has ", input.numel(), " elements (shape ",
-            input.shape().to_string(), ") but the output ", output.numel(), " (shape ", output.shape().to_string(), ")");
+            input.shape(), ") but the output ", output.numel(), " (shape ", output.shape(), ")");
     const auto n = std::size_t(input.numel());
     overlap_pipeline(std::span<const In>(input.data(), n), std::span<Out>(output.data(), n),
                      [&](const In* in, Out* out, std::size_t m, rt::stream_t stream) {

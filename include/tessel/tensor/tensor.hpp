@@ -77,7 +77,7 @@ public:
     Tensor(const E& expr);
     Tensor(std::shared_ptr<Storage> storage, Layout layout) : storage_(std::move(storage)), layout_(std::move(layout)) {
         require(storage_ != nullptr, "Tensor: no storage");
-        require(layout_.fits_in(std::int64_t(storage_->bytes() / sizeof(T))), "Tensor: layout ", layout_.to_string(),
+        require(layout_.fits_in(std::int64_t(storage_->bytes() / sizeof(T))), "Tensor: layout ", layout_,
                 " reaches outside its storage of ", storage_->bytes() / sizeof(T), " ", dtype_traits<T>::name, " elements");
     }
 
@@ -164,18 +164,18 @@ public:
         require(space() != MemorySpace::device, "element access needs a host tensor, this one is in device memory: ",
                 "call to_host() first");
         require(std::int64_t(index.size()) == dim(), "element access with ", index.size(), " indices into a tensor of rank ",
-                dim(), " (shape ", shape().to_string(), ")");
+                dim(), " (shape ", shape(), ")");
         int d = 0;
         for (std::int64_t i : index) {
             require(i >= 0 && i < layout_.shape[d], "index ", i, " out of range for dimension ", d, " of size ",
-                    layout_.shape[d], " (shape ", shape().to_string(), ")");
+                    layout_.shape[d], " (shape ", shape(), ")");
             ++d;
         }
         return static_cast<T*>(need().data())[layout_.offset_of(std::span<const std::int64_t>(index.begin(), index.size()))];
     }
     // The single value of a one-element tensor (copied to the host if needed).
     T item() const {
-        require(numel() == 1, "item() needs exactly one element, the tensor has ", numel(), " (shape ", shape().to_string(), ")");
+        require(numel() == 1, "item() needs exactly one element, the tensor has ", numel(), " (shape ", shape(), ")");
         if (is_plain_host(space())) {
             detail::host_wait_for_last_write(*storage_);  // a copy into pinned memory may be in flight
             return *data();
@@ -212,7 +212,7 @@ private:
     }
     int wrap(int d) const {
         const int n = dim();
-        require(d >= -n && d < n, "dimension ", d, " out of range for a tensor of rank ", n, " (shape ", shape().to_string(), ")");
+        require(d >= -n && d < n, "dimension ", d, " out of range for a tensor of rank ", n, " (shape ", shape(), ")");
         return d < 0 ? d + n : d;
     }
 
@@ -262,7 +262,7 @@ Tensor<T> zeros(const Shape& shape, TensorOptions o = {}) {
 template <Element T>
 Tensor<T> from_host(std::span<const T> values, const Shape& shape, TensorOptions o = {}) {
     const std::int64_t n = Layout::contiguous(shape).numel();
-    require(std::int64_t(values.size()) == n, "from_host: ", values.size(), " values for shape ", shape.to_string(),
+    require(std::int64_t(values.size()) == n, "from_host: ", values.size(), " values for shape ", shape,
             " which has ", n, " elements");
     Tensor<T> t = empty<T>(shape, o);
     if (n == 0) return t;
@@ -342,10 +342,10 @@ Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device devic
     const auto extent = l.extent();
     const std::int64_t elements = extent ? extent->highest + 1 : 0;
     // Checked before the storage exists, so a rejected blob never runs its deleter.
-    require(!extent || extent->lowest >= 0, "from_blob: strides ", l.strides.to_string(), " reach before the pointer");
+    require(!extent || extent->lowest >= 0, "from_blob: strides ", l.strides, " reach before the pointer");
     require(std::uint64_t(elements) <= std::numeric_limits<std::size_t>::max() / sizeof(T), "from_blob: shape ",
-            shape.to_string(), " with strides ", l.strides.to_string(), " spans more bytes than memory can hold");
-    require(data != nullptr || l.numel() == 0, "from_blob: null pointer for shape ", shape.to_string(), " (", l.numel(),
+            shape, " with strides ", l.strides, " spans more bytes than memory can hold");
+    require(data != nullptr || l.numel() == 0, "from_blob: null pointer for shape ", shape, " (", l.numel(),
             " elements of ", dtype_traits<T>::name, ")");
     require(reinterpret_cast<std::uintptr_t>(data) % alignof(T) == 0, "from_blob: pointer ", static_cast<const void*>(data),
             " is not aligned to ", alignof(T), " bytes, as ", dtype_traits<T>::name, " elements must be");
@@ -498,17 +498,17 @@ template <Element T>
 const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t> stream_opt) const {
     require(defined(), "copy_: the destination is an undefined (default-constructed) tensor");
     require(src.defined(), "copy_: the source is an undefined (default-constructed) tensor");
-    require(src.shape() == shape(), "copy_: the source has shape ", src.shape().to_string(), " but the destination ",
-            shape().to_string(), " (copy_ does not broadcast; use (dst = src.expand(...)).run(stream) on the device)");
-    require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape().to_string(), ", strides ",
-            strides().to_string(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
+    require(src.shape() == shape(), "copy_: the source has shape ", src.shape(), " but the destination ",
+            shape(), " (copy_ does not broadcast; use (dst = src.expand(...)).run(stream) on the device)");
+    require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape(), ", strides ",
+            strides(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
     if (numel() == 0) return *this;
     const auto dst_bytes = detail::touched_bytes(data(), layout_, sizeof(T));
     const auto src_bytes = detail::touched_bytes(src.data(), src.layout(), sizeof(T));
     const bool identical = src.data() == data() && src.strides() == strides();
     if (identical) return *this;  // copying a view onto itself changes nothing
     require(src_bytes.second < dst_bytes.first || dst_bytes.second < src_bytes.first,
-            "copy_: the source (strides ", src.strides().to_string(), ") and the destination (strides ", strides().to_string(),
+            "copy_: the source (strides ", src.strides(), ") and the destination (strides ", strides(),
             ") overlap in memory; copy from a clone() of the source");
     // The stream belongs to the device side (the destination's when both are on devices).
     const bool dst_host = is_plain_host(space()), src_host = is_plain_host(src.space());
@@ -583,7 +583,7 @@ void print_value(std::ostream& os, T v) {
 template <Element T>
 std::string Tensor<T>::to_string(int edge) const {
     std::ostringstream os;
-    os << "tensor(" << dtype_traits<T>::name << ", shape " << shape().to_string() << ", " << space_name(space());
+    os << "tensor(" << dtype_traits<T>::name << ", shape " << shape() << ", " << space_name(space());
     if (!is_plain_host(space())) os << " " << backend_name << ":" << device().index;
     os << ")\n";
     const Tensor<T> h = to_host();
@@ -618,5 +618,21 @@ template <Element T>
 std::ostream& operator<<(std::ostream& os, const Tensor<T>& t) {
     return os << t.to_string();
 }
+
+namespace detail {
+// A tensor's shape in an error message, "(undefined)" for a default-constructed tensor. It holds a
+// pointer, so a check that passes formats nothing (messages are built only when thrown).
+template <Element T>
+struct ShapeOf {
+    const Tensor<T>* t;
+    friend std::ostream& operator<<(std::ostream& os, const ShapeOf& s) {
+        return s.t->defined() ? os << s.t->shape() : os << "(undefined)";
+    }
+};
+template <Element T>
+ShapeOf<T> shape_of(const Tensor<T>& t) {
+    return {&t};
+}
+}  // namespace detail
 
 }  // namespace tessel
