@@ -67,6 +67,7 @@ struct Case {
     int pad_a = 0, pad_b = 0, pad_c = 0;  // extra columns beyond K, N, N (kept to whole 16-byte chunks for A, B)
     float alpha = 1.f, beta = 0.f;
     bool col_scale = false;               // a per-column scale (powers of two) in the epilogue
+    int grid_rows = 0;                    // > 0: only this many block rows, each looping over row tiles (as past 65535 tiles)
 };
 
 // BColumns: B stored by columns (B^T row-major [N][ldb], a linear layer's weight).
@@ -84,7 +85,8 @@ void run_case(const Case& c, Values values, std::uint64_t seed) {
                              std::to_string(ldb) + " ldc " + std::to_string(ldc) + " alpha " + std::to_string(c.alpha) +
                              " beta " + std::to_string(c.beta) + " tile " + std::to_string(Tile::bm) + "x" +
                              std::to_string(Tile::bn) + "/" + std::to_string(Tile::stages) + (BColumns ? ", B by columns" : "") +
-                             (c.col_scale ? ", column scales" : "");
+                             (c.col_scale ? ", column scales" : "") +
+                             (c.grid_rows ? ", " + std::to_string(c.grid_rows) + " block rows" : "");
     INFO(what);
     std::mt19937_64 rng(seed);
     // int8 takes its whole range: int32 sums of K <= 2^17 such products are exact.
@@ -148,7 +150,9 @@ void run_case(const Case& c, Values values, std::uint64_t seed) {
     epilogue.alpha = EpAcc(c.alpha);
     epilogue.beta = EpAcc(c.beta);
     if (c.col_scale) epilogue.col_scale = dscale.data();
-    tessel::launch(kernel, Tile::grid(c.m, c.n), Tile::block(), Tile::smem_bytes(), nullptr, c.m, c.n, c.k, da.data(), lda,
+    dim3 grid = Tile::grid(c.m, c.n);
+    if (c.grid_rows) grid.y = unsigned(c.grid_rows);
+    tessel::launch(kernel, grid, Tile::block(), Tile::smem_bytes(), nullptr, c.m, c.n, c.k, da.data(), lda,
                    std::int64_t(0), db.data(), ldb, std::int64_t(0), dc.data(), ldc, std::int64_t(0), 1, epilogue);
     const auto out = dc.download();
 
@@ -205,6 +209,7 @@ TEMPLATE_TEST_CASE("mma_matmul equals the exact product of integer-valued bf16/f
         run_case<TestType, float, Small, true>({s.m, s.n, s.k, 0, 8, 1, 1.f, 0.5f}, Values::integers, seed++);
     }
     run_case<TestType, float, Wide>({129, 257, 95, 0, 8, 1, 1.f, 1.f}, Values::integers, seed++);
+    run_case<TestType, TestType, Large, true>({300, 70, 40, 0, 8, 1, 1.f, 1.f, false, 1}, Values::integers, seed++);
 }
 
 TEMPLATE_TEST_CASE("mma_matmul of random reals stays within fp32 accumulation's bound", "[kernels][matmul][mma][slow_under_tsan]",
@@ -228,6 +233,7 @@ TEST_CASE("mma_matmul on int8 tensor cores equals the exact int32 product, and r
         run_case<std::int8_t, float, Small, true>({s.m, s.n, s.k, 0, 0, 1, 0.5f, 2.f, true}, Values::integers, seed++);
     }
     run_case<std::int8_t, __nv_bfloat16, Wide, true>({129, 257, 300, 0, 16, 1, 0x1p-10f, 0.f, true}, Values::integers, seed++);
+    run_case<std::int8_t, int, Small, true>({200, 33, 70, 0, 0, 0, 1.f, 1.f, false, 1}, Values::integers, seed++);
 }
 
 TEST_CASE("mma_matmul on TF32 tensor cores: exact for tf32-representable inputs, within tf32's bound for reals",
@@ -240,6 +246,7 @@ TEST_CASE("mma_matmul on TF32 tensor cores: exact for tf32-representable inputs,
         run_case<float, float, Large, true>({s.m, s.n, s.k, 4, 8, 3, 2.f, -1.f}, Values::integers, seed++);
     }
     run_case<float, float, Wide, true>({33, 200, 777, 0, 4, 1, 0.5f, 0.25f}, Values::reals, seed++);
+    run_case<float, float, Small, true>({130, 40, 50, 0, 0, 1, 1.f, 1.f, false, 1}, Values::integers, seed++);
 }
 
 // 136M multiply-adds: about 6 minutes under ThreadSanitizer, where the small real case above runs.
