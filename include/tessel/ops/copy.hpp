@@ -169,6 +169,25 @@ void permute_by_tiles(const E* from, E* to, const MergedDims& m, int i, rt::stre
     }
 }
 
+// n elements between the merged dims m and contiguous memory, in words of up to 16 bytes where the
+// fastest dim allows (widen_fastest_dim): gather_strided reads m's layout in row-major order,
+// scatter_strided writes it. Small: offsets and indices fit 32 bits.
+template <bool Gather>
+void move_strided(const char* name, const void* src, void* dst, MergedDims& m, std::int64_t n, std::size_t element_size, bool small,
+                  rt::stream_t stream, Device device) {
+    const std::size_t word = widen_fastest_dim(m, element_size, src, dst);
+    const std::int64_t words = n * std::int64_t(element_size) / std::int64_t(word);
+    with_word(name, word, [&]<class E>(E) {
+        auto run = [&]<class I>(I) {
+            auto* kernel = Gather ? kernels::gather_strided<E, I> : kernels::scatter_strided<E, I>;
+            launch(kernel, strided_blocks(words, device), dim3(256), 0, stream, static_cast<const E*>(src), static_cast<E*>(dst),
+                   strided_params<I>(m), I(words));
+        };
+        if (small) run(std::uint32_t{});
+        else run(std::uint64_t{});
+    });
+}
+
 TESSEL_API void gather_to_contiguous(const void* first, const Layout& layout, void* dst, std::size_t element_size, rt::stream_t stream,
                                      Device device) {
     const std::int64_t n = layout.numel();
@@ -186,16 +205,7 @@ TESSEL_API void gather_to_contiguous(const void* first, const Layout& layout, vo
     const auto extent = layout.extent();
     const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest < std::numeric_limits<std::int32_t>::max();
     if (m.strides[j] == 1 || i < 0) {
-        const std::size_t word = widen_fastest_dim(m, element_size, first, dst);
-        const std::int64_t words = n * std::int64_t(element_size) / std::int64_t(word);
-        with_word("gather_to_contiguous", word, [&]<class E>(E) {
-            auto run = [&]<class I>(I) {
-                launch(kernels::gather_strided<E, I>, strided_blocks(words, device), dim3(256), 0, stream, static_cast<const E*>(first),
-                       static_cast<E*>(dst), strided_params<I>(m), I(words));
-            };
-            if (small) run(std::uint32_t{});
-            else run(std::uint64_t{});
-        });
+        move_strided<true>("gather_to_contiguous", first, dst, m, n, element_size, small, stream, device);
         return;
     }
     with_element_word("gather_to_contiguous", element_size, [&]<class E>(E) {
@@ -216,16 +226,7 @@ TESSEL_API void scatter_from_contiguous(const void* src, void* dst_first, const 
     DeviceGuard guard(device);
     const auto extent = layout.extent();
     const bool small = n < std::numeric_limits<std::int32_t>::max() && extent->highest - extent->lowest < std::numeric_limits<std::int32_t>::max();
-    const std::size_t word = widen_fastest_dim(m, element_size, src, dst_first);
-    const std::int64_t words = n * std::int64_t(element_size) / std::int64_t(word);
-    with_word("scatter_from_contiguous", word, [&]<class E>(E) {
-        auto run = [&]<class I>(I) {
-            launch(kernels::scatter_strided<E, I>, strided_blocks(words, device), dim3(256), 0, stream, static_cast<const E*>(src),
-                   static_cast<E*>(dst_first), strided_params<I>(m), I(words));
-        };
-        if (small) run(std::uint32_t{});
-        else run(std::uint64_t{});
-    });
+    move_strided<false>("scatter_from_contiguous", src, dst_first, m, n, element_size, small, stream, device);
 }
 
 TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device) {
