@@ -14,6 +14,7 @@
 #include <cub/device/device_transform.cuh>
 #endif
 
+#include <chrono>
 #include <cmath>
 
 namespace {
@@ -81,6 +82,33 @@ void BM_cast_f32_bf16(benchmark::State& state) {
     tessel::bench::report_error(state, worst, 1.0 / 256);
 }
 
+// The host time of one small assignment (checks, lowering, dispatch, launch) per call, without the
+// device work: `d = a * b + c` on 4097 elements and the bias add `y = x + bias` ([33, 129] + [129],
+// evaluate_rows). What a chain of small ops pays per op; matmul's is BM_matmul_host_overhead.
+void BM_expression_host_overhead(benchmark::State& state, bool bias_add) {
+    auto a = tessel::bench::random_tensor<float>({4097}, 5), b = tessel::bench::random_tensor<float>({4097}, 6),
+         c = tessel::bench::random_tensor<float>({4097}, 7);
+    auto d = tessel::empty<float>({4097});
+    auto x = tessel::bench::random_tensor<float>({33, 129}, 8), bias = tessel::bench::random_tensor<float>({129}, 9);
+    auto y = tessel::empty<float>({33, 129});
+    tessel::Stream s = tessel::current_stream();
+    auto call = [&] {
+        if (bias_add) (y = x + bias).run(s);
+        else (d = a * b + c).run(s);
+    };
+    call();
+    s.synchronize();
+    constexpr int calls = 32;
+    for (auto _ : state) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) call();
+        const auto t1 = std::chrono::steady_clock::now();
+        s.synchronize();
+        state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count() / calls);
+    }
+    state.SetLabel(bias_add ? "host time per call, y = x + bias, [33, 129] fp32" : "host time per call, d = a * b + c, 4097 fp32");
+}
+
 }  // namespace
 
 // Registered by name: the implementation is the second component, so the report pairs tessel with CUB.
@@ -91,6 +119,11 @@ const bool registered = [] {
     benchmark::RegisterBenchmark("BM_fma/cub/f32", BM_fma<float>, 1)->UseManualTime();
     benchmark::RegisterBenchmark("BM_fma/cub/bf16", BM_fma<__nv_bfloat16>, 1)->UseManualTime();
 #endif
+    for (bool bias_add : {false, true})
+        benchmark::RegisterBenchmark(bias_add ? "BM_expression_host_overhead/bias_add" : "BM_expression_host_overhead/fma",
+                                     BM_expression_host_overhead, bias_add)
+            ->UseManualTime()
+            ->Iterations(200);  // the timed host part is microseconds; the device work between samples is not
     return true;
 }();
 BENCHMARK(BM_cast_f32_bf16)->UseManualTime();
