@@ -46,9 +46,11 @@ else
   exit 1
 fi
 
-# 3. The whole test suite on the GPU.
+# 3. The whole test suite on the GPU. The compile-only entries (every header alone, the
+#    find_package consumer, the kernel budgets: minutes of nvcc that CI runs without a GPU) are left
+#    out so that the 150 s go to the tests that need the device.
 t0=$SECONDS
-timeout 150 ctest --test-dir build/device --output-on-failure -j 4 >"$OUT/ctest.log" 2>&1
+timeout 150 ctest --test-dir build/device --output-on-failure -j 4 -E '^(headers|consumer)[.]|^kernels[.]budgets$' >"$OUT/ctest.log" 2>&1
 rc=$?
 row "ctest" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
 
