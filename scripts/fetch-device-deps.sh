@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps
 cd .deps
-apt-get download catch2 libbenchmark-dev libbenchmark1debian libdlpack-dev >/dev/null
+# OpenBLAS (and its Fortran runtime) for BM_matmul's CPU rows: the GPU image has none outside Python.
+apt-get download catch2 libbenchmark-dev libbenchmark1debian libdlpack-dev \
+  libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 >/dev/null
 ls -1 *.deb

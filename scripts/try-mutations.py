@@ -8,7 +8,7 @@ each, not built by default), runs the chosen tests unshaken and, for a barrier, 
 of which runs caught each mutation. A mutation no run catches marks code that is unneeded or
 untested. Needs a configured sim build (cmake --preset sim); about a minute per mutation on 2 cores.
 
-    python3 scripts/try-mutations.py [--build DIR] [INDEX ...]   (indices into the list below; default all)
+    python3 scripts/try-mutations.py [INDEX ...] [--build DIR]   (indices into the list below; default all)
 
 --build build/sim-asan runs them under AddressSanitizer, which is how CI sees a dropped predicate
 whose only effect is a read past an operand (its values never reach a stored element).
@@ -81,12 +81,23 @@ muts = [
  M(MMA, 'sc[(r + 8) * Tile::c_stride + col] = acc[i][j][2];', 0, 'mma_matmul: C fragment rows c2 and c0 swapped',
    'family_test_mma_matmul', INT8_TF32, replace='sc[(r + 8) * Tile::c_stride + col] = acc[i][j][0];'),
 ]
-FAMILY_ALL = sorted({m.family for m in muts})
 args = sys.argv[1:]
 build = 'build/sim'
-if args[:1] == ['--build']:
-    build, args = args[1].rstrip('/'), args[2:]
+if '--build' in args:
+    k = args.index('--build')
+    build, args = args[k + 1].rstrip('/'), args[:k] + args[k + 2:]
 only = [int(a) for a in args]
+chosen = [(i, mu) for i, mu in enumerate(muts) if not only or i in only]
+
+
+def mutated(mu, text):
+    """text with the mutation applied; exits naming the entry when its text is not there."""
+    pos = -1
+    for _ in range(mu.nth + 1):
+        pos = text.find(mu.find, pos + 1)
+        if pos < 0:
+            sys.exit(f'{mu.what}: occurrence {mu.nth} of {mu.find!r} is not in {mu.path}')
+    return text[:pos] + mu.replace + text[pos + len(mu.find):]
 
 
 def matching_tests(family, spec):
@@ -94,35 +105,45 @@ def matching_tests(family, spec):
     return [l for l in r.stdout.splitlines() if l.strip()]
 
 
+# Everything is checked before any file changes: each text is there, each family builds unmutated
+# and each spec selects a test.
+for i, mu in chosen:
+    mutated(mu, open(mu.path).read())
+if subprocess.run(['cmake', '--build', build, '--target', *sorted({mu.family for _, mu in chosen}), '-j2'], capture_output=True).returncode:
+    sys.exit(f'the unmutated family targets do not build in {build}')
+for i, mu in chosen:
+    for label, spec in mu.specs:
+        if not matching_tests(mu.family, spec):
+            sys.exit(f'the spec {spec!r} matches no test of {mu.family}')
+
 results = []
-for i, mu in enumerate(muts):
-    if only and i not in only: continue
-    orig = open(mu.path).read()
-    pos = -1
-    for _ in range(mu.nth + 1):
-        pos = orig.index(mu.find, pos + 1)
-    open(mu.path, 'w').write(orig[:pos] + mu.replace + orig[pos + len(mu.find):])
-    try:
-        b = subprocess.run(['cmake', '--build', build, '--target', mu.family, '-j2'], capture_output=True, text=True)
-        for label, spec in mu.specs:
-            row = mu.what + (f' ({label})' if label else '')
-            if b.returncode:
-                results.append((row, 'build failed', '', '')); continue
-            if not matching_tests(mu.family, spec):
-                sys.exit(f'the spec {spec!r} matches no test of {mu.family}')
-            outs = []
-            for seed in (None, '3', '11'):
-                if seed not in mu.seeds:
-                    outs.append('-'); continue
-                env = dict(os.environ)
-                env.pop('TESSEL_SIM_SHUFFLE', None)
-                if seed: env['TESSEL_SIM_SHUFFLE'] = seed
-                r = subprocess.run([f'{build}/tests/{mu.family}', spec], capture_output=True, text=True, env=env, timeout=900)
-                outs.append('fails' if r.returncode else 'passes')
-            results.append((row,) + tuple(outs))
-            print(i, results[-1], flush=True)
-    finally:
-        open(mu.path, 'w').write(orig)
-print('\n| mutation | unshaken | seed 3 | seed 11 |\n|---|---|---|---|')
-for r in results: print('| ' + ' | '.join(r) + ' |')
-subprocess.run(['cmake', '--build', build, '--target', *FAMILY_ALL, '-j2'], capture_output=True)
+try:
+    for i, mu in chosen:
+        orig = open(mu.path).read()
+        try:
+            open(mu.path, 'w').write(mutated(mu, orig))
+            b = subprocess.run(['cmake', '--build', build, '--target', mu.family, '-j2'], capture_output=True, text=True)
+            for label, spec in mu.specs:
+                row = mu.what + (f' ({label})' if label else '')
+                if b.returncode:
+                    results.append((row, 'build failed', '', '')); continue
+                outs = []
+                for seed in (None, '3', '11'):
+                    if seed not in mu.seeds:
+                        outs.append('-'); continue
+                    env = dict(os.environ)
+                    env.pop('TESSEL_SIM_SHUFFLE', None)
+                    if seed: env['TESSEL_SIM_SHUFFLE'] = seed
+                    try:
+                        r = subprocess.run([f'{build}/tests/{mu.family}', spec], capture_output=True, text=True, env=env, timeout=900)
+                        outs.append('fails' if r.returncode else 'passes')
+                    except subprocess.TimeoutExpired:
+                        outs.append('hangs (900 s)')
+                results.append((row,) + tuple(outs))
+                print(i, results[-1], flush=True)
+        finally:
+            open(mu.path, 'w').write(orig)
+finally:
+    print('\n| mutation | unshaken | seed 3 | seed 11 |\n|---|---|---|---|')
+    for r in results: print('| ' + ' | '.join(r) + ' |')
+    subprocess.run(['cmake', '--build', build, '--target', *sorted({mu.family for _, mu in chosen}), '-j2'], capture_output=True)  # unmutated again

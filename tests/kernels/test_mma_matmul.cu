@@ -233,7 +233,7 @@ TEST_CASE("mma_matmul on int8 tensor cores equals the exact int32 product, and r
         run_case<std::int8_t, float, Small, true>({s.m, s.n, s.k, 0, 0, 1, 0.5f, 2.f, true}, Values::integers, seed++);
     }
     run_case<std::int8_t, __nv_bfloat16, Wide, true>({129, 257, 300, 0, 16, 1, 0x1p-10f, 0.f, true}, Values::integers, seed++);
-    run_case<std::int8_t, int, Small, true>({200, 33, 70, 0, 0, 0, 1.f, 1.f, false, 1}, Values::integers, seed++);
+    run_case<std::int8_t, int, Small, true>({200, 33, 70, 0, 0, 5, 1.f, 1.f, false, 1}, Values::integers, seed++);
 }
 
 TEST_CASE("mma_matmul on TF32 tensor cores: exact for tf32-representable inputs, within tf32's bound for reals",

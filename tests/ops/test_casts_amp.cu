@@ -83,6 +83,30 @@ void check_cast_to_int() {
     }
 }
 
+// unscale_and_check over the list with a zeroed found-flag: the flag afterwards (0: every element
+// finite). The flag is read back, so the call has completed on return.
+template <class T>
+unsigned unscale_found(const std::vector<Tensor<T>>& grads, float inv_scale) {
+    unsigned* flag = static_cast<unsigned*>(memory::allocate(sizeof(unsigned)));
+    rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
+    unscale_and_check(std::span<const Tensor<T>>(grads), inv_scale, flag, current_stream().handle());
+    unsigned found = 7;
+    rt::memcpy(&found, flag, sizeof found);
+    memory::deallocate(flag);
+    return found;
+}
+
+// The flag of an unscale (scale 1) with `bad` written at element `at` of tensor k; the element is
+// 0 again afterwards.
+template <class T>
+unsigned found_with(const std::vector<Tensor<T>>& grads, std::size_t k, std::size_t at, T bad) {
+    rt::memcpy(grads[k].data() + at, &bad, sizeof bad);
+    const unsigned found = unscale_found(grads, 1.f);
+    const T zero = T(0.f);
+    rt::memcpy(grads[k].data() + at, &zero, sizeof zero);
+    return found;
+}
+
 }  // namespace
 
 TEST_CASE("float32 casts round to nearest even; fp8 saturates; NaN stays NaN", "[ops][cast]") {
@@ -167,26 +191,12 @@ TEST_CASE("unscale_and_check: one fused pass over a list, inf and NaN detected",
         grads.push_back(from_host<float>(std::span<const float>(scaled), {std::int64_t(n)}));
         want.push_back(r);
     }
-    unsigned* flag = static_cast<unsigned*>(memory::allocate(sizeof(unsigned)));
-    rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
-    unscale_and_check(std::span<const Tensor<float>>(grads), 1.f / 1024, flag, current_stream().handle());
-    unsigned found = 7;
-    rt::memcpy(&found, flag, sizeof found);
-    CHECK(found == 0);
+    CHECK(unscale_found(grads, 1.f / 1024) == 0);
     std::size_t bad = 0;
     for (int k = 0; k < 70; ++k) bad += grads[std::size_t(k)].to_vector() != want[std::size_t(k)];  // power-of-two scale: exact
     CHECK(bad == 0);
-    for (float poison : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
-        rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
-        const float one = poison;
-        rt::memcpy(grads[67].data() + 5, &one, sizeof one);  // in the second launch's list
-        unscale_and_check(std::span<const Tensor<float>>(grads), 1.f, flag, current_stream().handle());
-        rt::memcpy(&found, flag, sizeof found);
-        CHECK(found == 1);
-        const float fine = 0.f;
-        rt::memcpy(grads[67].data() + 5, &fine, sizeof fine);
-    }
-    memory::deallocate(flag);
+    for (float poison : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+        CHECK(found_with(grads, 67, 5, poison) == 1);  // tensor 67 is in the second launch's list
     auto host = zeros<float>({3}, {.space = MemorySpace::host});
     CHECK_THROWS_WITH(unscale_and_check(std::span<const Tensor<float>>(&host, 1), 1.f, nullptr, nullptr),
                       Catch::Contains("tensor 0 must be a contiguous device tensor"));
@@ -212,12 +222,7 @@ TEMPLATE_TEST_CASE("unscale_and_check scales every element of aligned and unalig
         grads.push_back(bases.back().narrow(0, offset, std::int64_t(n)));
         want.push_back(expect);
     }
-    unsigned* flag = static_cast<unsigned*>(memory::allocate(sizeof(unsigned)));
-    rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
-    unscale_and_check(std::span<const Tensor<T>>(grads), 1.f / 256, flag, current_stream().handle());
-    unsigned found = 7;
-    rt::memcpy(&found, flag, sizeof found);
-    CHECK(found == 0);
+    CHECK(unscale_found(grads, 1.f / 256) == 0);
     for (std::size_t k = 0; k < grads.size(); ++k) {
         const auto got = grads[k].contiguous().to_vector();
         std::size_t bad = 0;
@@ -227,18 +232,10 @@ TEMPLATE_TEST_CASE("unscale_and_check scales every element of aligned and unalig
     }
     // A NaN in the last (tail) element of an aligned tensor and in the vector body of another.
     for (std::size_t k : {std::size_t(10), std::size_t(8)}) {
-        rt::memset_async(flag, 0, sizeof(unsigned), current_stream().handle());
-        const T nan = T(std::numeric_limits<float>::quiet_NaN());
         const std::size_t at = k == 10 ? sizes[5] - 1 : 4097;
-        rt::memcpy(grads[k].data() + at, &nan, sizeof nan);
-        unscale_and_check(std::span<const Tensor<T>>(grads), 1.f, flag, current_stream().handle());
-        rt::memcpy(&found, flag, sizeof found);
         INFO("NaN in tensor " << k << " at " << at);
-        CHECK(found == 1);
-        const T zero = T(0.f);
-        rt::memcpy(grads[k].data() + at, &zero, sizeof zero);
+        CHECK(found_with(grads, k, at, T(std::numeric_limits<float>::quiet_NaN())) == 1);
     }
-    memory::deallocate(flag);
 }
 
 TEST_CASE("DynamicLossScaler follows GradScaler on a scripted sequence", "[ops][amp]") {

@@ -459,9 +459,11 @@ private:
                     ") is not contiguous; pass t.contiguous()");
         }
         const rt::stream_t s = stream ? *stream : current_stream(device()).handle();  // the caller holds a DeviceGuard
-        if (stream && *stream)
-            require(rt::stream_device(*stream) == device().index, name, ": the stream belongs to device ", rt::stream_device(*stream), ", rank ",
-                    rank(), " is device ", device().index);
+        if (stream && *stream) {
+            const int stream_device = rt::stream_device(*stream);
+            require(stream_device == device().index, name, ": the stream belongs to device ", stream_device, ", rank ", rank(), " is device ",
+                    device().index);
+        }
         for (const Tensor<T>* t : tensors) {
             ::tessel::detail::order_after_last_write(*t->storage(), s, device());
             (void)::tessel::detail::record_use(*t->storage(), s, device());  // device memory: the cache keeps it until the stream is done

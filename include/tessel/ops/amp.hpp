@@ -37,7 +37,7 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
         require(t.defined() && t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed) &&
                     t.device() == device,
                 "unscale_and_check: tensor ", k, " must be a contiguous device tensor on ", backend_name, ":", device.index,
-                " (shape ", ::tessel::detail::shape_of(t), ")");
+                "; its shape: ", ::tessel::detail::shape_of(t));
     }
     DeviceGuard guard(device);
     for (std::size_t first = 0; first < tensors.size(); first += amp_tensors_per_launch) {

@@ -31,7 +31,7 @@ struct LaunchSpec {
     dim3 grid, block;
     dim3 cluster{1, 1, 1};  // thread-block cluster dims (sm_90): these blocks run at the same time
     std::size_t dynamic_smem = 0;
-    std::string kernel_name;
+    const std::string* kernel_name = nullptr;  // demangled, in kernel_name()'s cache (never freed)
     const char* launch_file = nullptr;  // where tessel::launch was called; formatted only if the kernel fails
     unsigned launch_line = 0;
     void (*invoke)(const void* args) = nullptr;  // calls the kernel with a copy of the arguments

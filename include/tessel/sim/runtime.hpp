@@ -664,7 +664,7 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
     call->cluster = cluster;
     call->block = block;
     call->dynamic_smem = smem;
-    call->kernel_name = kernel_name(func);
+    call->kernel_name = &kernel_name(func);
     detail::rt().launches.fetch_add(1, std::memory_order_relaxed);
     {
         std::lock_guard lock(detail::rt().last_kernel_m);
@@ -680,7 +680,7 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
                                                                                        std::to_string(call->launch_line) + ")"
                                                                                  : std::string()));
         } catch (...) {
-            st->fail(cudaErrorLaunchFailure, "sim: kernel " + call->kernel_name + " failed with an unknown exception");
+            st->fail(cudaErrorLaunchFailure, "sim: kernel " + *call->kernel_name + " failed with an unknown exception");
         }
     }, true);
     return detail::ok();
@@ -708,7 +708,7 @@ TESSEL_API std::uint64_t staged_copy_count() { return Runtime::get().staged_copi
 TESSEL_API std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
 TESSEL_API std::string last_kernel_name() {
     std::lock_guard lock(Runtime::get().last_kernel_m);
-    return Runtime::get().last_kernel;
+    return Runtime::get().last_kernel ? *Runtime::get().last_kernel : std::string();
 }
 }  // namespace tessel::sim
 #endif  // TESSEL_DEFINE_RUNTIME

@@ -71,10 +71,13 @@ inline std::string demangled_symbol(const void* fn) {
 inline const std::string& kernel_name(const void* fn) {
     static std::mutex m;
     static auto* names = new std::unordered_map<const void*, std::string>;  // never destroyed: launches may run at exit
+    {
+        std::lock_guard lk(m);
+        if (auto it = names->find(fn); it != names->end()) return it->second;
+    }
+    std::string name = demangled_symbol(fn);  // outside the lock; if it throws, nothing is cached
     std::lock_guard lk(m);
-    auto [it, inserted] = names->try_emplace(fn);
-    if (inserted) it->second = demangled_symbol(fn);
-    return it->second;  // unordered_map keeps references to its elements valid across inserts
+    return names->try_emplace(fn, std::move(name)).first->second;  // references stay valid across inserts
 }
 
 // All state of the simulated runtime. Never destroyed: work still queued at exit stays valid.
@@ -92,7 +95,7 @@ public:
     std::atomic<std::uint64_t> launches{0};                 // kernels accepted by launch_kernel, all devices
     std::atomic<std::uint64_t> cluster_launches{0};         // of which launched in clusters of 2 or more blocks
     std::mutex last_kernel_m;
-    std::string last_kernel;  // the last kernel accepted, demangled (tests check which path ran)
+    const std::string* last_kernel = nullptr;  // the last kernel accepted, demangled (tests check which path ran)
     std::set<std::pair<int, int>> peer_enabled;             // (device, peer): device may access peer's memory
     std::atomic<std::uint64_t> peer_copies{0}, staged_copies{0};  // cudaMemcpyPeerAsync, direct or through the host
 

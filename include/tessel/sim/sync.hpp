@@ -110,13 +110,13 @@ inline std::string site_text(const std::source_location& s) {
 // The barrier bookkeeping of one block. Not thread-safe: the OS-thread executor holds its lock.
 class BlockSync {
 public:
-    void reset(std::vector<SimThread>& threads, std::string kernel, uint3 block) {
+    void reset(std::vector<SimThread>& threads, const std::string* kernel, uint3 block) {
         t_ = &threads;
         n_ = unsigned(threads.size());
         waiting_block_ = 0;
         waiting_warp_ = 0;
         exited_ = 0;
-        kernel_ = std::move(kernel);
+        kernel_ = kernel;
         block_ = block;
         // Lanes past the end of a partial last warp never exist; they count as exited from the start.
         gone_.assign((n_ + 31) / 32, 0u);
@@ -125,7 +125,7 @@ public:
 
     // "sim: kernel K, block (x,y,z)": the context every fault message starts with.
     std::string where() const {
-        return concat("sim: kernel ", kernel_, ", block (", block_.x, ',', block_.y, ',', block_.z, ")");
+        return concat("sim: kernel ", kernel_ ? *kernel_ : std::string("?"), ", block (", block_.x, ',', block_.y, ',', block_.z, ")");
     }
 
     unsigned exited() const { return exited_; }
@@ -391,7 +391,7 @@ private:
     std::vector<SimThread>* t_ = nullptr;
     std::vector<unsigned> gone_;  // per warp: lanes exited or never present
     unsigned n_ = 0, waiting_block_ = 0, waiting_warp_ = 0, exited_ = 0;
-    std::string kernel_;
+    const std::string* kernel_ = nullptr;  // the launch's name, in kernel_name()'s cache (never freed)
     uint3 block_{};
 };
 

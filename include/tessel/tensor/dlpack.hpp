@@ -9,6 +9,7 @@
 #include <dlpack/dlpack.h>
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 
 #include "tensor.hpp"
@@ -32,10 +33,18 @@ DLDataType dl_dtype() {
     fail<Unsupported>("DLPack ", DLPACK_VERSION, " cannot express dtype ", dtype_traits<T>::name);
 }
 
-inline std::string dl_dtype_text(DLDataType t) {
-    const char* code = t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : "code?";
-    return std::string(code) + std::to_string(t.bits) + (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "");
-}
+// A DLPack dtype in a message ("float32", "int8x4"), printed only when the message is built.
+struct DlDtypeText {
+    DLDataType t;
+    friend std::ostream& operator<<(std::ostream& os, const DlDtypeText& d) {
+        const DLDataType t = d.t;
+        os << (t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : "code?")
+           << int(t.bits);
+        if (t.lanes != 1) os << 'x' << int(t.lanes);
+        return os;
+    }
+};
+inline DlDtypeText dl_dtype_text(DLDataType t) { return {t}; }
 
 // What a DLManagedTensor we hand out owns: a view of the tensor (keeping its storage) and the arrays.
 template <Element T>
