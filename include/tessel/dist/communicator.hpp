@@ -294,7 +294,7 @@ private:
             (void)nccl::api::ncclCommAbort(comm);
         }
         // `pending`: what may still be in progress on a non-blocking communicator, for the timeout's message.
-        void check(const std::string& pending = "a group of calls", std::source_location where = std::source_location::current()) {
+        void check(const char* pending = "a group of calls", std::source_location where = std::source_location::current()) {
             {
                 std::lock_guard lk(m);
                 if (aborted)
@@ -309,7 +309,7 @@ private:
             // call until it settles.
             for (const auto deadline = std::chrono::steady_clock::now() + options.timeout; int(r) == nccl::in_progress;) {
                 if (std::chrono::steady_clock::now() > deadline) {
-                    abort(pending + " was still in progress after " + std::to_string(options.timeout.count()) + " ms");
+                    abort(std::string(pending) + " was still in progress after " + std::to_string(options.timeout.count()) + " ms");
                     return check(pending, where);
                 }
                 std::this_thread::sleep_for(std::chrono::microseconds(200));
