@@ -13,9 +13,9 @@ untested. Needs a configured sim build (cmake --preset sim); about a minute per 
 --build build/sim-asan runs them under AddressSanitizer, which is how CI sees a dropped predicate
 whose only effect is a read past an operand (its values never reach a stored element).
 
-The first 18 entries are issue 11's barrier deletions; the matmul entries (issue 12) run the
-int8 and the TF32 tests of mma_matmul as rows of their own, since those instantiations take the
-B-by-columns path that the bf16/fp16 mutations of docs/matmul.md did not cover.
+The first 18 entries are issue 11's barrier deletions; the matmul entries (issue 12, 18-37) run
+the int8 and the TF32 tests of mma_matmul as rows of their own, since those instantiations take the
+B-by-columns path, and the bf16/fp16 exact test for the k-major B copies (36, 37).
 """
 import os
 import subprocess
@@ -37,6 +37,7 @@ FAMILY = {'[reduce]': 'family_test_reduce', '[rows]': 'family_test_rows', '[perm
           '[matmul]': 'family_test_tiled_matmul'}
 MMA = 'kernels/tessel/kernels/mma_matmul.cuh'
 INT8_TF32 = [('int8', '*int8*'), ('tf32', 'mma_matmul on TF32 tensor cores: exact*')]  # Catch2 v2: wildcards at the ends only
+BF16 = [('bf16/fp16', 'mma_matmul equals the exact product*')]  # k-major B (and B by columns)
 muts = [
  M('kernels/tessel/kernels/reduce.cuh', '__syncthreads();', 0, 'reduce: after across_warps is written', FAMILY['[reduce]'], [('', '[reduce]')]),
  M('kernels/tessel/kernels/reduce.cuh', '__syncthreads();', 1, 'reduce: before across_warps is reused', FAMILY['[reduce]'], [('', '[reduce]')]),
@@ -70,16 +71,28 @@ muts = [
    'family_test_mma_matmul', INT8_TF32, replace='ks * 2 + (lane >> 4))'),
  M(MMA, 'bf[j][0] = r4[0], bf[j][1] = r4[1]', 0, 'mma_matmul: b0 and b1 of a B fragment swapped', 'family_test_mma_matmul',
    INT8_TF32, replace='bf[j][0] = r4[1], bf[j][1] = r4[0]'),
- M(MMA, 'col0 + r < n ? valid_bytes<T>(k0 + ch * CH, k) : 0u', 0, 'mma_matmul: B-by-columns K predicate dropped',
-   'family_test_mma_matmul', INT8_TF32, replace='col0 + r < n ? 16u : 0u'),
- M(MMA, 'col0 + r < n ? valid_bytes<T>(k0 + ch * CH, k) : 0u', 0, 'mma_matmul: B-by-columns N predicate dropped',
-   'family_test_mma_matmul', INT8_TF32, replace='valid_bytes<T>(k0 + ch * CH, k)'),
- M(MMA, 'row0 + r < m ? valid_bytes<T>(k0 + ch * CH, k) : 0u', 0, 'mma_matmul: A M predicate dropped',
-   'family_test_mma_matmul', INT8_TF32, replace='valid_bytes<T>(k0 + ch * CH, k)'),
+ M(MMA, 'const unsigned b_bytes = valid_bytes<T>(k0 + b_ch * CH, k);', 0, 'mma_matmul: B-by-columns K predicate dropped',
+   'family_test_mma_matmul', INT8_TF32, replace='const unsigned b_bytes = 16u;'),
+ M(MMA, 'const unsigned bytes = (b_rows >> i) & 1u ? b_bytes : 0u;', 0, 'mma_matmul: B-by-columns N predicate dropped',
+   'family_test_mma_matmul', INT8_TF32, replace='const unsigned bytes = b_bytes;'),
+ M(MMA, 'const unsigned bytes = (a_rows >> i) & 1u ? a_bytes : 0u;', 0, 'mma_matmul: A M predicate dropped',
+   'family_test_mma_matmul', INT8_TF32, replace='const unsigned bytes = a_bytes;'),
  M(MMA, 'const bool inside = full || gc + e < n;', 0, 'mma_matmul: epilogue column predicate dropped', 'family_test_mma_matmul',
    INT8_TF32, replace='const bool inside = true;'),
  M(MMA, 'sc[(r + 8) * Tile::c_stride + col] = acc[i][j][2];', 0, 'mma_matmul: C fragment rows c2 and c0 swapped',
    'family_test_mma_matmul', INT8_TF32, replace='sc[(r + 8) * Tile::c_stride + col] = acc[i][j][0];'),
+ M(MMA, 'const unsigned a_bytes = valid_bytes<T>(k0 + a_ch * CH, k);', 0, 'mma_matmul: A K predicate dropped',
+   'family_test_mma_matmul', INT8_TF32, replace='const unsigned a_bytes = 16u;'),
+ M(MMA, 'a_offset(a_row, a_ch) + i * RA * 64', 0, "mma_matmul: A's chunks one row apart in shared memory instead of RA",
+   'family_test_mma_matmul', INT8_TF32, replace='a_offset(a_row, a_ch) + i * 64'),
+ M(MMA, 'a_first + k0 + i * a_step', 0, "mma_matmul: A's chunks one row apart in global memory instead of RA",
+   'family_test_mma_matmul', INT8_TF32, replace='a_first + k0 + i * lda'),
+ M(MMA, 'b_first + k0 + i * b_step', 0, "mma_matmul: B^T's chunks not advanced along N",
+   'family_test_mma_matmul', INT8_TF32, replace='b_first + k0'),
+ M(MMA, 'k0 + b_row + i * RB < k ? b_col_bytes : 0u', 0, 'mma_matmul: k-major B K predicate dropped',
+   'family_test_mma_matmul', BF16, replace='b_col_bytes'),
+ M(MMA, 'b_offset<BN>(b_row, b_ch) + i * RB * BN * 2', 0, "mma_matmul: k-major B's chunks one row apart in shared memory instead of RB",
+   'family_test_mma_matmul', BF16, replace='b_offset<BN>(b_row, b_ch) + i * BN * 2'),
 ]
 args = sys.argv[1:]
 build = 'build/sim'

@@ -13,6 +13,9 @@ Checks every kernel template against the budget written next to it in kernels/te
   hot           no instantiation may spill or have a stack frame
   wide          the hot loop's global loads are 16 bytes wide (in every instantiation whose
                 first template argument, if a number, is a vector width V > 1)
+  mainloop F    a matrix product: its hot loop is the main loop (the innermost loop issuing
+                tensor-core mma, or else FMAs fed from shared memory), which may issue at most F
+                instructions per math instruction (HMMA/IMMA/DMMA or FFMA/DFMA)
 
 Usage:
   report.py check    --ptxas LOG [--sass SASS] --kernels DIR     exit 1 on a broken budget
@@ -129,7 +132,8 @@ def loops(code):
 
 
 def loop_stats(code, lo, hi):
-    s = dict(instructions=0, loads=0, load_bytes=0, load_widths=set(), stores=0, store_bytes=0, local=0, calls=0, shared=0)
+    s = dict(instructions=0, loads=0, load_bytes=0, load_widths=set(), stores=0, store_bytes=0, local=0, calls=0, shared=0,
+             mma=0, fma=0, math_op="", shared_loads=0, ldsm=0, async_copies=0, barriers=0)
     for addr, op, _, _ in code:
         if addr < lo or addr > hi or op == "NOP":
             continue
@@ -145,9 +149,43 @@ def loop_stats(code, lo, hi):
             s["local"] += 1
         elif op.startswith("LDS") or op.startswith("STS"):
             s["shared"] += 1
+            s["shared_loads"] += op.startswith("LDS")
         elif op.startswith("CALL"):
             s["calls"] += 1
+        base = op.split(".")[0]
+        if base in TENSOR_MMA or base in FMA:
+            s["mma" if base in TENSOR_MMA else "fma"] += 1
+            s["math_op"] = s["math_op"] or op
+        if base == "LDSM":
+            s["ldsm"] += 1
+        elif base in ("LDGSTS", "UBLKCP", "UTMALDG"):
+            s["async_copies"] += 1
+        elif base == "BAR":
+            s["barriers"] += 1
     return s
+
+
+TENSOR_MMA = {"HMMA", "IMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA"}
+FMA = {"FFMA", "DFMA", "HFMA2"}
+
+
+def main_loop(code):
+    """A matrix product's main loop: the innermost loop issuing tensor-core mma; failing that, the
+    innermost loop with FMAs and shared-memory loads that issues the most FMAs (an epilogue's
+    loops do math on registers and global memory, not on shared operands)."""
+    all_loops = [(lo, hi, loop_stats(code, lo, hi)) for lo, hi in loops(code)]
+    for kind in ("mma", "fma"):
+        cands = [(lo, hi, s) for lo, hi, s in all_loops if s[kind] > 0 and (kind == "mma" or s["shared"] > 0)]
+        innermost = [(lo, hi, s) for lo, hi, s in cands
+                     if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in cands)]
+        if innermost:
+            lo, hi, s = max(innermost, key=lambda x: (x[2][kind], -x[2]["instructions"]))
+            s["math"] = s[kind]
+            s["per_math"] = s["instructions"] / s["math"]
+            s["range"] = (lo, hi)
+            s["load_widths"] = sorted(s["load_widths"])
+            return s
+    return None
 
 
 def hot_loop(code, element_bytes):
@@ -250,7 +288,7 @@ def parse_budgets(directory):
 
 
 def parse_budget(text, where):
-    b = dict(threads=256, registers=None, hot=False, wide=False)
+    b = dict(threads=256, registers=None, hot=False, wide=False, mainloop=None)
     for item in [x.strip() for x in text.split(",") if x.strip()]:
         words = item.split()
         if words[0] in ("threads", "registers") and len(words) == 2 and words[1].isdigit():
@@ -259,6 +297,8 @@ def parse_budget(text, where):
             b["hot"] = True
         elif words == ["wide"]:
             b["wide"] = True
+        elif words[0] == "mainloop" and len(words) == 2 and re.fullmatch(r"\d+(\.\d+)?", words[1]):
+            b["mainloop"] = float(words[1])
         else:
             sys.exit(f"{where}: cannot read budget item '{item}'")
     if b["registers"] is None:
@@ -287,8 +327,10 @@ def analyse(args):
         budget = budgets.get(t, (None, None))[0]
         threads = budget["threads"] if budget else 256
         blocks, warps = occupancy(info["registers"], info["smem"], threads)
-        loop = hot_loop(sass[mangled], esize) if mangled in sass else None
-        row = dict(template=t, name=d, mangled=mangled, element=etype, threads=threads, blocks_per_sm=blocks, warps_per_sm=warps,
+        gemm = bool(budget and budget["mainloop"])
+        finder = main_loop if gemm else (lambda code: hot_loop(code, esize))
+        loop = finder(sass[mangled]) if mangled in sass else None
+        row = dict(gemm=gemm, template=t, name=d, mangled=mangled, element=etype, threads=threads, blocks_per_sm=blocks, warps_per_sm=warps,
                    loop=loop, **info)
         rows.append(row)
         if budget is None:
@@ -301,6 +343,11 @@ def analyse(args):
             problems.append(f"{where}: {d} spills ({info['spill_stores']} bytes stored, {info['spill_loads']} loaded); hot kernels may not")
         if budget["hot"] and info["stack"]:
             problems.append(f"{where}: {d} has a {info['stack']}-byte stack frame; hot kernels may not")
+        if gemm and sass and loop is None:
+            problems.append(f"{where}: {d}: no main loop found (a loop issuing mma, or FMAs on shared operands)")
+        elif gemm and loop and loop["per_math"] > budget["mainloop"]:
+            problems.append(f"{where}: {d}'s main loop issues {loop['per_math']:.2f} instructions per {loop['math_op'].split('.')[0]} "
+                            f"({loop['instructions']} for {loop['math']}), over its budget of {budget['mainloop']:g}")
         v = vector_width(d)
         if budget["wide"] and loop and (v is None or v > 1) and loop["load_widths"] and min(loop["load_widths"]) < 16:
             problems.append(f"{where}: {d}'s hot loop loads {loop['load_widths']} bytes at a time; its budget asks for 16")
@@ -320,6 +367,25 @@ def variant(demangled):
     if args and args[-1] == "unsigned long":
         parts.append("64-bit")
     return " ".join(parts) or "–"
+
+
+def gemm_variant(demangled):
+    """A matrix product's instantiation: its tile's template arguments and its boolean switches
+    (B by columns for mma_matmul, 16-byte loads for simt_matmul)."""
+    args = template_args(demangled)
+    tile = next((re.sub(r"^.*?<|>$", "", a) for a in args if re.search(r"\w+Tile<", a)), "")
+    tile = re.sub(r"^(float|double|__nv_bfloat16|__half), ", "", tile)  # SimtTile repeats the element
+    flags = [a for a in args if a in ("true", "false")]
+    return " ".join([tile.replace(" ", "")] + flags) or "–"
+
+
+def gemm_types(demangled):
+    """'in -> out' for a product whose second template argument is its output element."""
+    args = template_args(demangled)
+    scalars = [name for name, _ in SCALARS]
+    if len(args) > 1 and args[1] in scalars and args[0] in scalars:
+        return f"{args[0]} → {args[1]}"
+    return args[0] if args else "?"
 
 
 def fmt_loop(loop):
@@ -358,7 +424,8 @@ def markdown(rows, budgets, problems, command):
         regs = [r["registers"] for r in rs]
         worst_occ = min(rs, key=lambda r: r["warps_per_sm"])
         b = budgets.get(t, (None,))[0]
-        btxt = "none" if b is None else f"{b['registers']} regs" + (", hot" if b["hot"] else "") + (", wide" if b["wide"] else "")
+        btxt = "none" if b is None else (f"{b['registers']} regs" + (", hot" if b["hot"] else "") + (", wide" if b["wide"] else "")
+                                         + (f", mainloop {b['mainloop']:g}" if b["mainloop"] else ""))
         out.append(f"| {t} | {len(rs)} | {min(regs)}–{max(regs)} | {max(r['spill_stores'] for r in rs)} | {max(r['stack'] for r in rs)} | "
                    f"{max(r['smem'] for r in rs)} | {worst_occ['threads']} | {worst_occ['blocks_per_sm']} ({worst_occ['warps_per_sm']}) | {btxt} |")
     out += ["", "### Hot loops (fp32 and bf16, the 1-, 2- and 4-byte copies, 32-bit indexing; per variant the instantiation with the most instructions per element)", "",
@@ -372,11 +439,25 @@ def markdown(rows, budgets, problems, command):
     for t in sorted(by_template):
         groups = defaultdict(list)
         for r in by_template[t]:
-            if r["loop"] and r["element"] in REPORTED_ELEMENTS and not variant(r["name"]).endswith("64-bit"):
+            if r["loop"] and not r["gemm"] and r["element"] in REPORTED_ELEMENTS and not variant(r["name"]).endswith("64-bit"):
                 groups[(variant(r["name"]), r["element"])].append(r)
         for (v, e) in sorted(groups):
             r = max(groups[(v, e)], key=lambda r: r["loop"]["per_element"])
             out.append(f"| {t} | {v} | {e} | {r['registers']} " + fmt_loop(r["loop"]))
+    gemms = sorted((r for r in rows if r["gemm"] and r["loop"]), key=lambda r: (r["template"], gemm_types(r["name"]), gemm_variant(r["name"])))
+    if gemms:
+        out += ["", "### Matrix products: main loops (every instantiation)", "",
+                "The innermost loop issuing tensor-core mma (or, for the SIMT kernels, FMAs on shared operands), one "
+                "pass of one thread: its instructions, the math instructions among them, instructions per math "
+                "instruction (the budget's `mainloop`), shared-memory loads (of them ldmatrix), global-to-shared "
+                "copies (cp.async), global loads, barriers.", "",
+                "| kernel | types | tile, switches | registers | loop instr. | math | instr./math | shared loads (ldmatrix) | cp.async | global loads | barriers |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in gemms:
+            L = r["loop"]
+            out.append(f"| {r['template']} | {gemm_types(r['name'])} | {gemm_variant(r['name'])} | {r['registers']} | {L['instructions']} | "
+                       f"{L['math']} {L['math_op'].split('.')[0]} | {L['per_math']:.2f} | {L['shared_loads']} ({L['ldsm']}) | {L['async_copies']} | "
+                       f"{L['loads']} | {L['barriers']} |")
     if problems:
         out += ["", "### Over budget", ""] + [f"- {p}" for p in problems]
     out += ["", "<!-- kernel-report:end -->"]

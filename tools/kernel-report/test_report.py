@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The kernel report's own test: on a constructed ptxas log, SASS listing and kernels folder, the
 budget check passes within budget and fails, naming the kernel, when each kind of budget is broken
-(registers, a spill or a stack frame in a hot kernel, narrow loads under 'wide', a kernel without a
-budget); the loop finder counts a grid-stride loop and skips out-of-line code that jumps back."""
+(registers, a spill or a stack frame in a hot kernel, narrow loads under 'wide', a main loop over
+'mainloop', a kernel without a budget); the loop finder counts a grid-stride loop and skips
+out-of-line code that jumps back; a matrix product's main loop is its mma loop, not its epilogue's."""
 import os
 import subprocess
 import sys
@@ -53,6 +54,27 @@ def run(budget_line, log, listing, extra_kernel=False):
         return r.returncode, r.stdout + r.stderr, md
 
 
+def gemm_sass():
+    """A product: a main loop (0x10..0x60: 6 instructions, 2 HMMA, an ldmatrix, a cp.async, a
+    barrier) and a larger epilogue loop after it (0x80..0xc0, FFMAs on global values)."""
+    lines = [f"\t\tFunction : {COPY}",
+             "        /*0000*/                   S2R R0, SR_TID.X ;",
+             "        /*0010*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;",
+             "        /*0020*/                   LDGSTS.E.BYPASS.128.ZFILL [R1], desc[UR4][R2.64], P0 ;",
+             "        /*0030*/                   LDSM.16.M88.4 R4, [R1+UR4] ;",
+             "        /*0040*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;",
+             "        /*0050*/                   HMMA.16816.F32.BF16 R12, R4, R7, R12 ;",
+             "        /*0060*/               @P1 BRA 0x10 ;",
+             "        /*0070*/                   NOP ;",
+             "        /*0080*/                   LDG.E R4, desc[UR4][R2.64] ;",
+             "        /*0090*/                   FFMA R5, R4, R8, R9 ;",
+             "        /*00a0*/                   FFMA R5, R5, R8, R9 ;",
+             "        /*00b0*/                   STG.E desc[UR4][R2.64], R5 ;",
+             "        /*00c0*/               @P2 BRA 0x80 ;",
+             "        /*00d0*/                   EXIT ;"]
+    return "\n".join(lines) + "\n"
+
+
 failures = []
 
 
@@ -81,10 +103,16 @@ rc, out, _ = run("// budget: threads 128, registers 64, wide", ptxas(40), sass("
 expect("narrow loads under 'wide'", rc, 1, out, "loads [4] bytes at a time")
 rc, out, _ = run("// budget: threads 128, registers 64", ptxas(40), sass(wide), extra_kernel=True)
 expect("a kernel without a budget", rc, 1, out, "other: no '// budget:' line")
+rc, out, md = run("// budget: threads 128, registers 64, mainloop 3", ptxas(40), gemm_sass())
+expect("main loop within 'mainloop'", rc, 0, out)
+if "| copy4 | 4 | – | 40 | 6 | 2 HMMA | 3.00 | 1 (1) | 1 | 0 | 1 |" not in md:
+    failures.append("main-loop row (6 instructions, 2 HMMA, 1 ldmatrix, 1 cp.async, 1 barrier) not as computed by hand:\n" + md)
+rc, out, _ = run("// budget: threads 128, registers 64, mainloop 2.5", ptxas(40), gemm_sass())
+expect("main loop over 'mainloop'", rc, 1, out, "main loop issues 3.00 instructions per HMMA (6 for 2), over its budget of 2.5")
 rc, out, _ = run("// budget: threads 128, regs 64", ptxas(40), sass(wide))
 expect("an unreadable budget", rc, 1, out, "cannot read budget item 'regs 64'")
 
 if failures:
     print("\n\n".join(failures))
     sys.exit(1)
-print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, missing, unreadable), loops and occupancy: all as expected")
+print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, mainloop, missing, unreadable), loops, main loops and occupancy: all as expected")

@@ -108,7 +108,7 @@ __device__ __forceinline__ unsigned valid_bytes(int first, int limit) {
 
 }  // namespace mma_detail
 
-// budget: threads 128, registers 255, hot
+// budget: threads 128, registers 255, hot, mainloop 9
 template <class T, class OutT, class Tile, bool BColumns = false, class Epilogue = GemmEpilogue<float, OutT>>
 __global__ void __launch_bounds__(Tile::threads, Tile::min_blocks)
 mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
@@ -123,6 +123,10 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
     constexpr int BM = Tile::bm, BN = Tile::bn, S = Tile::stages, NT = Tile::threads;
     constexpr int MF = Tile::m_frags, NF = Tile::n_frags;
     constexpr int BK = int(64 / sizeof(T)), CH = int(16 / sizeof(T));  // elements per slab and per 16-byte chunk
+    // Rows between a thread's chunks of one stage: 64-byte rows of A and B^T (4 chunks each), and
+    // k-major B's rows of BN / 8 chunks. Multiples of 8 keep the swizzle key (row / 2 % 4, row % 8).
+    constexpr int RA = NT / 4, RB = BColumns ? 8 : NT / (BN / 8);
+    static_assert(RA % 8 == 0 && NT % (BN / 8) == 0 && RB % 8 == 0, "a thread's chunks keep their swizzle key");
     TESSEL_DYNAMIC_SHARED(unsigned char, smem);
     const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const int warp_row = (warp / Tile::warps_n) * Tile::warp_m, warp_col = (warp % Tile::warps_n) * Tile::warp_n;
@@ -137,30 +141,55 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         OutT* const c_batch = c + batch * batch_stride_c;
 
         // Issues the copies of k-slab `kt` into stage `stage`; rows past M, columns past N and K
-        // are zero-filled (src-size 0 reads nothing: the source is then the operand's base).
+        // are zero-filled (src-size 0 reads nothing: the source is then the operand's base). What
+        // does not change along K is worked out here, once per tile: a thread's chunks of one stage
+        // lie a fixed number of rows apart (RA for A and B^T, RB for k-major B), which keeps their
+        // swizzle key, so chunk i's shared offset is the first one's plus a constant; its column
+        // chunk is the same for every i, so K's edge gives every A chunk the same byte count.
+        const int a_ch = tid & 3, a_row = tid >> 2;
+        const T* const a_first = a_batch + std::int64_t(row0 + a_row) * lda + a_ch * CH;
+        const std::int64_t a_step = std::int64_t(RA) * lda;
+        unsigned a_rows = 0;  // bit i: chunk i's row lies inside M
+#pragma unroll
+        for (int i = 0; i < Tile::a_chunks; ++i) a_rows |= unsigned(row0 + a_row + i * RA < m) << i;
+        const int b_ch = BColumns ? tid & 3 : tid % (BN / 8), b_row = BColumns ? tid >> 2 : tid / (BN / 8);
+        const T* const b_first = BColumns ? b_batch + std::int64_t(col0 + b_row) * ldb + b_ch * CH
+                                          : b_batch + std::int64_t(b_row) * ldb + col0 + b_ch * 8;
+        const std::int64_t b_step = std::int64_t(BColumns ? RA : RB) * ldb;
+        unsigned b_rows = 0;  // B by columns: bit i, chunk i's column lies inside N
+        unsigned b_col_bytes = 0;  // k-major B: the bytes of this thread's column chunk inside N
+        if constexpr (BColumns) {
+#pragma unroll
+            for (int i = 0; i < Tile::b_chunks; ++i) b_rows |= unsigned(col0 + b_row + i * RA < n) << i;
+        } else {
+            b_col_bytes = valid_bytes<T>(col0 + b_ch * 8, n);
+        }
         auto load_slab = [&](int stage, int kt) {
             unsigned char* sa = smem + stage * Tile::stage_bytes;
             unsigned char* sb = sa + BM * 64;
             const int k0 = kt * BK;
+            const unsigned a_bytes = valid_bytes<T>(k0 + a_ch * CH, k);
 #pragma unroll
             for (int i = 0; i < Tile::a_chunks; ++i) {
-                const int id = tid + i * NT, r = id >> 2, ch = id & 3;
-                const unsigned bytes = row0 + r < m ? valid_bytes<T>(k0 + ch * CH, k) : 0u;
-                const T* src = bytes ? a_batch + std::size_t(row0 + r) * lda + k0 + ch * CH : a_batch;
-                ptx::cp_async_16(sa + a_offset(r, ch), src, bytes);
+                const unsigned bytes = (a_rows >> i) & 1u ? a_bytes : 0u;
+                const T* src = bytes ? a_first + k0 + i * a_step : a_batch;
+                ptx::cp_async_16(sa + a_offset(a_row, a_ch) + i * RA * 64, src, bytes);
             }
+            if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
+                const unsigned b_bytes = valid_bytes<T>(k0 + b_ch * CH, k);
 #pragma unroll
-            for (int i = 0; i < Tile::b_chunks; ++i) {
-                if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
-                    const int id = tid + i * NT, r = id >> 2, ch = id & 3;
-                    const unsigned bytes = col0 + r < n ? valid_bytes<T>(k0 + ch * CH, k) : 0u;
-                    const T* src = bytes ? b_batch + std::size_t(col0 + r) * ldb + k0 + ch * CH : b_batch;
-                    ptx::cp_async_16(sb + a_offset(r, ch), src, bytes);
-                } else {
-                    const int id = tid + i * NT, r = id / (BN / 8), ch = id % (BN / 8);
-                    const unsigned bytes = k0 + r < k ? valid_bytes<T>(col0 + ch * 8, n) : 0u;
-                    const T* src = bytes ? b_batch + std::size_t(k0 + r) * ldb + col0 + ch * 8 : b_batch;
-                    ptx::cp_async_16(sb + b_offset<BN>(r, ch), src, bytes);
+                for (int i = 0; i < Tile::b_chunks; ++i) {
+                    const unsigned bytes = (b_rows >> i) & 1u ? b_bytes : 0u;
+                    const T* src = bytes ? b_first + k0 + i * b_step : b_batch;
+                    ptx::cp_async_16(sb + a_offset(b_row, b_ch) + i * RA * 64, src, bytes);
+                }
+            } else {
+                const T* const b_slab = b_first + std::int64_t(k0) * ldb;
+#pragma unroll
+                for (int i = 0; i < Tile::b_chunks; ++i) {
+                    const unsigned bytes = k0 + b_row + i * RB < k ? b_col_bytes : 0u;
+                    const T* src = bytes ? b_slab + i * b_step : b_batch;
+                    ptx::cp_async_16(sb + b_offset<BN>(b_row, b_ch) + i * RB * BN * 2, src, bytes);
                 }
             }
         };

@@ -67,7 +67,7 @@ __device__ __forceinline__ void load_vector(T (&dst)[V], const T* src) {
 template <class T, bool Aligned>
 inline constexpr int simt_min_blocks = sizeof(T) == 4 && Aligned ? 2 : 1;
 
-// budget: threads 256, registers 255, hot
+// budget: threads 256, registers 255, hot, mainloop 2
 template <class T, class Tile, bool Aligned, class Epilogue = GemmEpilogue<T, T>>
 __global__ void __launch_bounds__(Tile::threads, simt_min_blocks<T, Aligned>)
 simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,

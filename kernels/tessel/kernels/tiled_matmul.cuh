@@ -24,7 +24,7 @@ struct MatmulTile {
     static dim3 grid(int m, int n) { return tile_grid(m, n, 1, TileM, TileN); }
 };
 
-// budget: threads 256, registers 64, hot
+// budget: threads 256, registers 64, hot, mainloop 2
 template <class T, class Acc, class Tile>
 __global__ void __launch_bounds__(Tile::threads)
 tiled_matmul(int m, int n, int k, Acc alpha, const T* __restrict__ a, int lda, const T* __restrict__ b, int ldb,
