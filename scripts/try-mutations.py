@@ -15,7 +15,8 @@ whose only effect is a read past an operand (its values never reach a stored ele
 
 The first 18 entries are issue 11's barrier deletions; the matmul entries (issue 12, 18-37) run
 the int8 and the TF32 tests of mma_matmul as rows of their own, since those instantiations take the
-B-by-columns path, and the bf16/fp16 exact test for the k-major B copies (36, 37).
+B-by-columns path, and the bf16/fp16 exact test for the k-major B copies (36, 37) and for the
+grouped launch order (38, 39).
 """
 import os
 import subprocess
@@ -93,6 +94,10 @@ muts = [
    'family_test_mma_matmul', BF16, replace='b_col_bytes'),
  M(MMA, 'b_offset<BN>(b_row, b_ch) + i * RB * BN * 2', 0, "mma_matmul: k-major B's chunks one row apart in shared memory instead of RB",
    'family_test_mma_matmul', BF16, replace='b_offset<BN>(b_row, b_ch) + i * BN * 2'),
+ M('include/tessel/core/tile_grid.hpp', 'first + within % rows', 0, "grouped_tile: a short last group's rows taken as a whole group's",
+   'family_test_mma_matmul', BF16 + [('int8', '*int8*')], replace='first + within % group'),
+ M('include/tessel/core/tile_grid.hpp', 'int(within / rows)', 0, "grouped_tile: column from a whole group's rows",
+   'family_test_mma_matmul', BF16 + [('int8', '*int8*')], replace='int(within / group)'),
 ]
 args = sys.argv[1:]
 build = 'build/sim'

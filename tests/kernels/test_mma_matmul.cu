@@ -210,6 +210,8 @@ TEMPLATE_TEST_CASE("mma_matmul equals the exact product of integer-valued bf16/f
     }
     run_case<TestType, float, Wide>({129, 257, 95, 0, 8, 1, 1.f, 1.f}, Values::integers, seed++);
     run_case<TestType, TestType, Large, true>({300, 70, 40, 0, 8, 1, 1.f, 1.f, false, 1}, Values::integers, seed++);
+    // 11 row tiles: a whole group of 8 (grouped_tile) and a last group of 3, over 3 column tiles.
+    run_case<TestType, TestType, Small, true>({699, 150, 40}, Values::integers, seed++);
 }
 
 TEMPLATE_TEST_CASE("mma_matmul of random reals stays within fp32 accumulation's bound", "[kernels][matmul][mma][slow_under_tsan]",
@@ -234,6 +236,30 @@ TEST_CASE("mma_matmul on int8 tensor cores equals the exact int32 product, and r
     }
     run_case<std::int8_t, __nv_bfloat16, Wide, true>({129, 257, 300, 0, 16, 1, 0x1p-10f, 0.f, true}, Values::integers, seed++);
     run_case<std::int8_t, int, Small, true>({200, 33, 70, 0, 0, 5, 1.f, 1.f, false, 1}, Values::integers, seed++);
+    run_case<std::int8_t, int, Small, true>({699, 150, 64}, Values::integers, seed++);  // 8 + 3 row tiles (grouped_tile)
+}
+
+TEST_CASE("grouped_tile gives every grid position one tile, walking a group's rows first", "[kernels][matmul]") {
+    for (unsigned group : {1u, 3u, 8u})
+        for (unsigned gx : {1u, 2u, 5u, 64u})
+            for (unsigned gy : {1u, 7u, 8u, 9u, 17u}) {
+                INFO("grid " << gx << " x " << gy << ", groups of " << group << " rows");
+                std::vector<int> taken(std::size_t(gx) * gy, 0);
+                for (unsigned y = 0; y < gy; ++y)
+                    for (unsigned x = 0; x < gx; ++x) {
+                        const tessel::GridTile t = tessel::grouped_tile(x, y, gx, gy, group);
+                        REQUIRE((t.col >= 0 && unsigned(t.col) < gx && t.row >= 0 && unsigned(t.row) < gy));
+                        ++taken[std::size_t(t.row) * gx + t.col];
+                    }
+                CHECK(std::count(taken.begin(), taken.end(), 1) == std::ptrdiff_t(taken.size()));
+                // The first blocks of the launch order (x fastest) take column 0's first rows.
+                const unsigned first_group = std::min(group, gy);
+                for (unsigned i = 0; i < first_group; ++i) {
+                    const tessel::GridTile t = tessel::grouped_tile(i % gx, i / gx, gx, gy, group);
+                    CHECK(t.col == 0);
+                    CHECK(t.row == int(i));
+                }
+            }
 }
 
 TEST_CASE("mma_matmul on TF32 tensor cores: exact for tf32-representable inputs, within tf32's bound for reals",

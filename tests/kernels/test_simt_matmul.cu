@@ -116,6 +116,7 @@ TEST_CASE("simt_matmul equals the exact product of integer-valued fp32 and fp64 
     run_case<float, F32Small, true>({37, 45, 29, 0, 0, 0, 1, 1, 5}, true, seed++);
     run_case<float, F32Large, true>({37, 45, 29, 4, 4, 1, 1, 0, 3, true}, true, seed++);
     run_case<double, F64, false>({9, 70, 13, 0, 0, 0, 1, 0, 4, true}, true, seed++);
+    run_case<float, F32Small, true>({699, 150, 29}, true, seed++);  // 11 row tiles by 3 column tiles
 }
 
 TEST_CASE("simt_matmul of random reals stays within fp32 and fp64 accumulation bounds", "[kernels][matmul][simt][slow_under_tsan]") {

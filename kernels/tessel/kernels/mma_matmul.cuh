@@ -130,11 +130,12 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
     TESSEL_DYNAMIC_SHARED(unsigned char, smem);
     const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const int warp_row = (warp / Tile::warps_n) * Tile::warp_m, warp_col = (warp % Tile::warps_n) * Tile::warp_n;
-    const int col0 = int(blockIdx.x) * BN;
+    const GridTile tile = grouped_tile(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, tile_group_rows);
+    const int col0 = tile.col * BN;
     const int k_tiles = (k + BK - 1) / BK;
 
     for (int batch = int(blockIdx.z); batch < batches; batch += int(gridDim.z))
-    for (std::int64_t first_row = std::int64_t(blockIdx.y) * BM; first_row < m; first_row += std::int64_t(gridDim.y) * BM) {
+    for (std::int64_t first_row = std::int64_t(tile.row) * BM; first_row < m; first_row += std::int64_t(gridDim.y) * BM) {
         const int row0 = int(first_row);
         const T* const a_batch = a + batch * batch_stride_a;
         const T* const b_batch = b + batch * batch_stride_b;
