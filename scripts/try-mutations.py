@@ -16,7 +16,7 @@ whose only effect is a read past an operand (its values never reach a stored ele
 The first 18 entries are issue 11's barrier deletions; the matmul entries (issue 12, 18-37) run
 the int8 and the TF32 tests of mma_matmul as rows of their own, since those instantiations take the
 B-by-columns path, and the bf16/fp16 exact test for the k-major B copies (36, 37) and for the
-grouped launch order (38, 39).
+grouped launch order (38, 39); 40 tries the main loop's split into whole and last slabs on all three.
 """
 import os
 import subprocess
@@ -72,7 +72,7 @@ muts = [
    'family_test_mma_matmul', INT8_TF32, replace='ks * 2 + (lane >> 4))'),
  M(MMA, 'bf[j][0] = r4[0], bf[j][1] = r4[1]', 0, 'mma_matmul: b0 and b1 of a B fragment swapped', 'family_test_mma_matmul',
    INT8_TF32, replace='bf[j][0] = r4[1], bf[j][1] = r4[0]'),
- M(MMA, 'const unsigned b_bytes = valid_bytes<T>(k0 + b_ch * CH, k);', 0, 'mma_matmul: B-by-columns K predicate dropped',
+ M(MMA, 'const unsigned b_bytes = k_bytes(b_ch);', 0, 'mma_matmul: B-by-columns K predicate dropped',
    'family_test_mma_matmul', INT8_TF32, replace='const unsigned b_bytes = 16u;'),
  M(MMA, 'const unsigned bytes = (b_rows >> i) & 1u ? b_bytes : 0u;', 0, 'mma_matmul: B-by-columns N predicate dropped',
    'family_test_mma_matmul', INT8_TF32, replace='const unsigned bytes = b_bytes;'),
@@ -82,7 +82,7 @@ muts = [
    INT8_TF32, replace='const bool inside = true;'),
  M(MMA, 'sc[(r + 8) * Tile::c_stride + col] = acc[i][j][2];', 0, 'mma_matmul: C fragment rows c2 and c0 swapped',
    'family_test_mma_matmul', INT8_TF32, replace='sc[(r + 8) * Tile::c_stride + col] = acc[i][j][0];'),
- M(MMA, 'const unsigned a_bytes = valid_bytes<T>(k0 + a_ch * CH, k);', 0, 'mma_matmul: A K predicate dropped',
+ M(MMA, 'const unsigned a_bytes = k_bytes(a_ch);', 0, 'mma_matmul: A K predicate dropped',
    'family_test_mma_matmul', INT8_TF32, replace='const unsigned a_bytes = 16u;'),
  M(MMA, 'a_offset(a_row, a_ch) + i * RA * 64', 0, "mma_matmul: A's chunks one row apart in shared memory instead of RA",
    'family_test_mma_matmul', INT8_TF32, replace='a_offset(a_row, a_ch) + i * 64'),
@@ -98,6 +98,8 @@ muts = [
    'family_test_mma_matmul', BF16 + [('int8', '*int8*')], replace='first + within % group'),
  M('include/tessel/core/tile_grid.hpp', 'int(within / rows)', 0, "grouped_tile: column from a whole group's rows",
    'family_test_mma_matmul', BF16 + [('int8', '*int8*')], replace='int(within / group)'),
+ M(MMA, 'k / BK - (S - 1);', 0, 'mma_matmul: one step too many in the whole-slab loop (a partial slab copied whole)',
+   'family_test_mma_matmul', BF16 + INT8_TF32, replace='k / BK - (S - 2);'),
 ]
 args = sys.argv[1:]
 build = 'build/sim'

@@ -172,7 +172,9 @@ FMA = {"FFMA", "DFMA", "HFMA2"}
 def main_loop(code):
     """A matrix product's main loop: the innermost loop issuing tensor-core mma; failing that, the
     innermost loop with FMAs and shared-memory loads that issues the most FMAs (an epilogue's
-    loops do math on registers and global memory, not on shared operands)."""
+    loops do math on registers and global memory, not on shared operands). Of loops with as many
+    mma, the shortest: a main loop split into a loop over whole slabs of K and one over the last
+    few steps is reported by the first, which runs all but those steps."""
     all_loops = [(lo, hi, loop_stats(code, lo, hi)) for lo, hi in loops(code)]
     for kind in ("mma", "fma"):
         cands = [(lo, hi, s) for lo, hi, s in all_loops if s[kind] > 0 and (kind == "mma" or s["shared"] > 0)]

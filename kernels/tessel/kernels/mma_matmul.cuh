@@ -5,12 +5,14 @@
 // required for tf32 and int8, whose ldmatrix cannot transpose), C row-major [M][N], any M, N, K, for
 // `batches` such products whose operands are batch strides apart (0 broadcasts one operand).
 // The main loop is a Stages-deep cp.async pipeline (one barrier per 64-byte-deep slab: 32 bf16, 16
-// fp32 or 64 int8 elements of K) feeding ldmatrix + mma.sync from XOR-swizzled shared memory: every
+// fp32 or 64 int8 elements of K; the steps that copy a whole slab of K run in a loop of their own,
+// without K's edge arithmetic) feeding ldmatrix + mma.sync from XOR-swizzled shared memory: every
 // input type moves the same bytes, so the staging, swizzle and fragment addressing are shared (the
 // ISA's A and B fragments of all three shapes give a lane the same 4 bytes of the same row). The
 // epilogue stages the accumulators (fp32 or int32) through shared memory so each thread applies the
 // epilogue to 8 consecutive elements of a row and stores them as one vector. Runs on the GPU (sm_80+)
-// and in the sim, whose tessel::ptx checks every fragment, address and cp.async wait.
+// and in the sim, whose tessel::ptx checks every fragment, address and cp.async wait. Blocks take
+// their tiles in grouped order (grouped_tile), for L2 reuse between the blocks resident at once.
 //
 // Requirements (the host side checks them): lda, ldb and the batch strides of A and B multiples of 16
 // bytes and A, B 16-byte aligned (cp.async moves 16-byte chunks; edges are zero-filled through
@@ -108,7 +110,7 @@ __device__ __forceinline__ unsigned valid_bytes(int first, int limit) {
 
 }  // namespace mma_detail
 
-// budget: threads 128, registers 255, hot, mainloop 9
+// budget: threads 128, registers 255, hot, mainloop 6
 template <class T, class OutT, class Tile, bool BColumns = false, class Epilogue = GemmEpilogue<float, OutT>>
 __global__ void __launch_bounds__(Tile::threads, Tile::min_blocks)
 mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t batch_stride_a, const T* __restrict__ b, int ldb,
@@ -165,11 +167,12 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         } else {
             b_col_bytes = valid_bytes<T>(col0 + b_ch * 8, n);
         }
-        auto load_slab = [&](int stage, int kt) {
-            unsigned char* sa = smem + stage * Tile::stage_bytes;
+        // k_bytes(ch): the bytes of column chunk ch inside K; k_rows: whether every row of a k-major
+        // B slab lies inside K. A whole slab of K (every slab but a last partial one) passes 16 and
+        // true, so its copies are 16 bytes or none and need no zero-fill arithmetic.
+        auto copy_slab = [&](unsigned char* sa, int k0, auto k_bytes, bool k_rows) {
             unsigned char* sb = sa + BM * 64;
-            const int k0 = kt * BK;
-            const unsigned a_bytes = valid_bytes<T>(k0 + a_ch * CH, k);
+            const unsigned a_bytes = k_bytes(a_ch);
 #pragma unroll
             for (int i = 0; i < Tile::a_chunks; ++i) {
                 const unsigned bytes = (a_rows >> i) & 1u ? a_bytes : 0u;
@@ -177,7 +180,7 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
                 ptx::cp_async_16(sa + a_offset(a_row, a_ch) + i * RA * 64, src, bytes);
             }
             if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
-                const unsigned b_bytes = valid_bytes<T>(k0 + b_ch * CH, k);
+                const unsigned b_bytes = k_bytes(b_ch);
 #pragma unroll
                 for (int i = 0; i < Tile::b_chunks; ++i) {
                     const unsigned bytes = (b_rows >> i) & 1u ? b_bytes : 0u;
@@ -188,11 +191,19 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
                 const T* const b_slab = b_first + std::int64_t(k0) * ldb;
 #pragma unroll
                 for (int i = 0; i < Tile::b_chunks; ++i) {
-                    const unsigned bytes = k0 + b_row + i * RB < k ? b_col_bytes : 0u;
+                    const unsigned bytes = k_rows || k0 + b_row + i * RB < k ? b_col_bytes : 0u;
                     const T* src = bytes ? b_slab + i * b_step : b_batch;
                     ptx::cp_async_16(sb + b_offset<BN>(b_row, b_ch) + i * RB * BN * 2, src, bytes);
                 }
             }
+        };
+        // Slab kt into stage `stage`: a whole slab of K, or any slab (the last may be partial).
+        auto load_whole_slab = [&](int stage, int kt) {
+            copy_slab(smem + stage * Tile::stage_bytes, kt * BK, [](int) { return 16u; }, true);
+        };
+        auto load_slab = [&](int stage, int kt) {
+            const int k0 = kt * BK;
+            copy_slab(smem + stage * Tile::stage_bytes, k0, [&](int ch) { return valid_bytes<T>(k0 + ch * CH, k); }, false);
         };
 
         Acc acc[MF][NF][4];
@@ -211,10 +222,14 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
             ptx::cp_async_commit();
         }
 
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        // One main-loop step: wait for slab kt, issue slab kt + S - 1, multiply slab kt. The steps
+        // whose new slab is a whole slab of K run first, in a loop of their own without K's
+        // zero-fill arithmetic; the last S - 1 steps (the new slab partial, or past K) after it.
+        auto step = [&](int kt, auto whole) {
             ptx::cp_async_wait<S - 2>();  // slab kt has landed (for this thread's copies) ...
             __syncthreads();              // ... and everyone's; and stage (kt - 1) % S is no longer read
-            if (kt + S - 1 < k_tiles) load_slab((kt + S - 1) % S, kt + S - 1);
+            if constexpr (decltype(whole)::value) load_whole_slab((kt + S - 1) % S, kt + S - 1);
+            else if (kt + S - 1 < k_tiles) load_slab((kt + S - 1) % S, kt + S - 1);
             ptx::cp_async_commit();
 
             const unsigned char* sa = smem + (kt % S) * Tile::stage_bytes;
@@ -252,7 +267,11 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
 #pragma unroll
                     for (int j = 0; j < NF; ++j) MmaInput<T>::mma(acc[i][j], af[i], bf[j]);
             }
-        }
+        };
+        const int whole_steps = k / BK - (S - 1);  // steps whose new slab, kt + S - 1, ends inside K
+        int kt = 0;
+        for (; kt < whole_steps; ++kt) step(kt, std::true_type{});
+        for (; kt < k_tiles; ++kt) step(kt, std::false_type{});
         ptx::cp_async_wait<0>();  // only empty groups remain; the staging below reuses the pipeline's memory
         __syncthreads();
 
