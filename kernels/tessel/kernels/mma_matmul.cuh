@@ -171,22 +171,21 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         // B slab lies inside K. A whole slab of K (every slab but a last partial one) passes 16 and
         // true, so its copies are 16 bytes or none and need no zero-fill arithmetic.
         auto copy_slab = [&](unsigned char* sa, int k0, auto k_bytes, bool k_rows) {
-            unsigned char* sb = sa + BM * 64;
-            const unsigned a_bytes = k_bytes(a_ch);
+            // An operand of 64-byte rows (A, and B by columns): chunk i of this thread's `rows`
+            // (bit i: inside M or N), `step` elements after the previous one.
+            auto copy_rows = [&](unsigned char* to, const T* first, std::int64_t step, unsigned rows, unsigned bytes_in_k, const T* base,
+                                 int row, int ch, auto chunks) {
 #pragma unroll
-            for (int i = 0; i < Tile::a_chunks; ++i) {
-                const unsigned bytes = (a_rows >> i) & 1u ? a_bytes : 0u;
-                const T* src = bytes ? a_first + k0 + i * a_step : a_batch;
-                ptx::cp_async_16(sa + a_offset(a_row, a_ch) + i * RA * 64, src, bytes);
-            }
-            if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
-                const unsigned b_bytes = k_bytes(b_ch);
-#pragma unroll
-                for (int i = 0; i < Tile::b_chunks; ++i) {
-                    const unsigned bytes = (b_rows >> i) & 1u ? b_bytes : 0u;
-                    const T* src = bytes ? b_first + k0 + i * b_step : b_batch;
-                    ptx::cp_async_16(sb + a_offset(b_row, b_ch) + i * RA * 64, src, bytes);
+                for (int i = 0; i < decltype(chunks)::value; ++i) {
+                    const unsigned bytes = (rows >> i) & 1u ? bytes_in_k : 0u;
+                    const T* src = bytes ? first + k0 + i * step : base;
+                    ptx::cp_async_16(to + a_offset(row, ch) + i * RA * 64, src, bytes);
                 }
+            };
+            unsigned char* sb = sa + BM * 64;
+            copy_rows(sa, a_first, a_step, a_rows, k_bytes(a_ch), a_batch, a_row, a_ch, std::integral_constant<int, Tile::a_chunks>{});
+            if constexpr (BColumns) {  // B^T's rows (one per output column), staged like A's
+                copy_rows(sb, b_first, b_step, b_rows, k_bytes(b_ch), b_batch, b_row, b_ch, std::integral_constant<int, Tile::b_chunks>{});
             } else {
                 const T* const b_slab = b_first + std::int64_t(k0) * ldb;
 #pragma unroll
