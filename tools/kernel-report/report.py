@@ -177,11 +177,9 @@ def main_loop(code):
     few steps is reported by the first, which runs all but those steps."""
     all_loops = [(lo, hi, loop_stats(code, lo, hi)) for lo, hi in loops(code)]
     for kind in ("mma", "fma"):
-        cands = [(lo, hi, s) for lo, hi, s in all_loops if s[kind] > 0 and (kind == "mma" or s["shared"] > 0)]
-        innermost = [(lo, hi, s) for lo, hi, s in cands
-                     if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in cands)]
-        if innermost:
-            lo, hi, s = max(innermost, key=lambda x: (x[2][kind], -x[2]["instructions"]))
+        inner = innermost([(lo, hi, s) for lo, hi, s in all_loops if s[kind] > 0 and (kind == "mma" or s["shared"] > 0)])
+        if inner:
+            lo, hi, s = max(inner, key=lambda x: (x[2][kind], -x[2]["instructions"]))
             s["math"] = s[kind]
             s["per_math"] = s["instructions"] / s["math"]
             s["range"] = (lo, hi)
@@ -190,20 +188,23 @@ def main_loop(code):
     return None
 
 
+def innermost(found):
+    """The loops of `found` (lo, hi, stats) that hold none of the others."""
+    return [(lo, hi, s) for lo, hi, s in found if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in found)]
+
+
 def hot_loop(code, element_bytes):
     """The innermost loop that loads from global memory (or, in a kernel that only stores, the
     innermost that stores), the one moving the most bytes per pass if several. Nested loops without
     such traffic, such as a loop over dimensions, count once each and are reported separately."""
     all_loops = [(lo, hi, loop_stats(code, lo, hi)) for lo, hi in loops(code)]
     for kind in ("load_bytes", "store_bytes"):
-        moving = [(lo, hi, s) for lo, hi, s in all_loops if s[kind] > 0]
-        innermost = [(lo, hi, s) for lo, hi, s in moving
-                     if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in moving)]
-        if innermost:
+        inner = innermost([(lo, hi, s) for lo, hi, s in all_loops if s[kind] > 0])
+        if inner:
             break
-    if not innermost:
+    if not inner:
         return None
-    lo, hi, s = max(innermost, key=lambda x: (x[2]["load_bytes"] + x[2]["store_bytes"], x[2]["instructions"]))
+    lo, hi, s = max(inner, key=lambda x: (x[2]["load_bytes"] + x[2]["store_bytes"], x[2]["instructions"]))
     s["inner_loops"] = sum(1 for a, b, _ in all_loops if lo <= a and b <= hi and (a, b) != (lo, hi))
     s["range"] = (lo, hi)
     per_pass = s["store_bytes"] if s["stores"] else s["load_bytes"]

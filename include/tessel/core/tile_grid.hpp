@@ -21,8 +21,9 @@ inline dim3 tile_grid(std::int64_t m, std::int64_t n, std::int64_t batches, int 
 // tiles (CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M) have consecutive blocks walk down a
 // group's rows before moving one column tile right: at 128 x 128 tiles an H200 wave (264 blocks)
 // of an 8192-wide product covers 8 x 33 tiles, not 4 rows of 64 and 8 more: per k-step it reads 41
-// distinct slabs of A and B instead of 69 for the same 264 block tiles. A permutation of the grid's positions (each is taken
-// once), so the kernels' loops over further row tiles and batches stay as they are. 32-bit: the
+// distinct slabs of A and B instead of 69 for the same 264 block tiles. A permutation of the
+// grid's positions (each is taken once), so the kernels' loops over further row tiles and batches
+// stay as they are. 32-bit: the
 // position within a group is below group * grid_x. mma_matmul takes its tiles in this order;
 // simt_matmul keeps the plain one: at its FMA rate even the plain order's traffic is no limit (an
 // 8192^3 fp32 product, 1 or 2 blocks per SM, reads B's 256 MB 16 to 31 times: 0.9 to 1.7 ms of an

@@ -167,10 +167,16 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         } else {
             b_col_bytes = valid_bytes<T>(col0 + b_ch * 8, n);
         }
-        // k_bytes(ch): the bytes of column chunk ch inside K; k_rows: whether every row of a k-major
-        // B slab lies inside K. A whole slab of K (every slab but a last partial one) passes 16 and
-        // true, so its copies are 16 bytes or none and need no zero-fill arithmetic.
-        auto copy_slab = [&](unsigned char* sa, int k0, auto k_bytes, bool k_rows) {
+        // Slab kt into stage `stage`. `whole` (std::true_type): the slab lies inside K (every slab
+        // but a last partial one), so its copies are 16 bytes or none and need no K predicate and
+        // no zero-fill arithmetic.
+        auto load_slab = [&](int stage, int kt, auto whole) {
+            unsigned char* sa = smem + stage * Tile::stage_bytes;
+            const int k0 = kt * BK;
+            auto k_bytes = [&](int ch) {  // the bytes of column chunk ch inside K
+                if constexpr (decltype(whole)::value) return 16u;
+                else return valid_bytes<T>(k0 + ch * CH, k);
+            };
             // An operand of 64-byte rows (A, and B by columns): chunk i of this thread's `rows`
             // (bit i: inside M or N), `step` elements after the previous one.
             auto copy_rows = [&](unsigned char* to, const T* first, std::int64_t step, unsigned rows, unsigned bytes_in_k, const T* base,
@@ -190,19 +196,11 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
                 const T* const b_slab = b_first + std::int64_t(k0) * ldb;
 #pragma unroll
                 for (int i = 0; i < Tile::b_chunks; ++i) {
-                    const unsigned bytes = k_rows || k0 + b_row + i * RB < k ? b_col_bytes : 0u;
+                    const unsigned bytes = decltype(whole)::value || k0 + b_row + i * RB < k ? b_col_bytes : 0u;
                     const T* src = bytes ? b_slab + i * b_step : b_batch;
                     ptx::cp_async_16(sb + b_offset<BN>(b_row, b_ch) + i * RB * BN * 2, src, bytes);
                 }
             }
-        };
-        // Slab kt into stage `stage`: a whole slab of K, or any slab (the last may be partial).
-        auto load_whole_slab = [&](int stage, int kt) {
-            copy_slab(smem + stage * Tile::stage_bytes, kt * BK, [](int) { return 16u; }, true);
-        };
-        auto load_slab = [&](int stage, int kt) {
-            const int k0 = kt * BK;
-            copy_slab(smem + stage * Tile::stage_bytes, k0, [&](int ch) { return valid_bytes<T>(k0 + ch * CH, k); }, false);
         };
 
         Acc acc[MF][NF][4];
@@ -217,7 +215,7 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         // the group count, and so the wait below, the same in every iteration).
 #pragma unroll
         for (int s = 0; s < S - 1; ++s) {
-            if (s < k_tiles) load_slab(s, s);
+            if (s < k_tiles) load_slab(s, s, std::false_type{});
             ptx::cp_async_commit();
         }
 
@@ -227,8 +225,7 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
         auto step = [&](int kt, auto whole) {
             ptx::cp_async_wait<S - 2>();  // slab kt has landed (for this thread's copies) ...
             __syncthreads();              // ... and everyone's; and stage (kt - 1) % S is no longer read
-            if constexpr (decltype(whole)::value) load_whole_slab((kt + S - 1) % S, kt + S - 1);
-            else if (kt + S - 1 < k_tiles) load_slab((kt + S - 1) % S, kt + S - 1);
+            if (const int next = kt + S - 1; decltype(whole)::value || next < k_tiles) load_slab(next % S, next, whole);
             ptx::cp_async_commit();
 
             const unsigned char* sa = smem + (kt % S) * Tile::stage_bytes;
