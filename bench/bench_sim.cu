@@ -24,6 +24,12 @@ __global__ void barrier_loop(int rounds, int* sink) {
     if (acc == -1) *sink = acc;
 }
 
+__global__ void shuffle_loop(int rounds, int* sink) {
+    int acc = int(threadIdx.x);
+    for (int r = 0; r < rounds; ++r) acc += __shfl_xor_sync(0xffffffffu, acc, r & 31);
+    if (acc == -1) *sink = acc;
+}
+
 __global__ void empty_kernel(int*) {}
 
 __global__ void touch(int n, int* x) {
@@ -43,6 +49,20 @@ void BM_BarrierPerThread(benchmark::State& state) {
     tessel::rt::free_device(sink);
 }
 BENCHMARK(BM_BarrierPerThread)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// One warp shuffle per thread per round: the cost of a warp collective per lane (a fiber switch
+// and the group's bookkeeping, which must not grow with the lanes that already wait).
+void BM_ShufflePerThread(benchmark::State& state) {
+    const int threads = int(state.range(0)), rounds = 200;
+    int* sink = static_cast<int*>(tessel::rt::malloc_device(sizeof(int)));
+    tessel::Stream stream = tessel::Stream::create();
+    auto s = stream.handle();
+    tessel::bench::time_region(state, stream, [&] { tessel::launch(shuffle_loop, 1, threads, 0, s, rounds, sink); });
+    state.counters["s_per_thread_shuffle"] = benchmark::Counter(
+        double(threads) * rounds * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    tessel::rt::free_device(sink);
+}
+BENCHMARK(BM_ShufflePerThread)->Arg(32)->Arg(256)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // Launch to completion of an empty one-block kernel, host-timed: the launch path's latency.
 void BM_LaunchLatency(benchmark::State& state) {

@@ -457,6 +457,9 @@ private:
 };
 
 // The sim-tsan executor: each CUDA thread of the block is an OS thread of a reusable team.
+// A waiting thread sleeps on its own condition variable and is woken only when its group is
+// released: with one variable for the block, each warp collective of a 256-thread block woke all
+// 255 others to find 31 of them released (ThreadSanitizer pays for every wake-up and context switch).
 class ThreadExecutor final : public BlockExecutor {
 public:
     ~ThreadExecutor() override {
@@ -464,7 +467,7 @@ public:
             std::lock_guard lk(m_);
             stop_ = true;
         }
-        cv_.notify_all();
+        start_cv_.notify_all();
         for (auto& th : team_) th.join();
     }
 
@@ -480,9 +483,10 @@ public:
         fault_ = nullptr;
         active_ = n;
         done_ = 0;
+        while (wake_.size() < n) wake_.push_back(std::make_unique<std::condition_variable>());
         while (team_.size() < n) team_.emplace_back([this, i = unsigned(team_.size())] { member(i); });
         ++generation_;
-        cv_.notify_all();
+        start_cv_.notify_all();
         done_cv_.wait(lk, [&] { return done_ == n; });
         smem_.reset();
         if (fault_) std::rethrow_exception(fault_);
@@ -500,9 +504,9 @@ public:
         }
         --active_;
         active_ += unsigned(released_.size());
-        if (!released_.empty()) cv_.notify_all();
+        wake_released();
         check_progress();
-        cv_.wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
+        wake_[self.tid]->wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
         if (fault_) throw detail::BlockAborted{};
         self.state = ThreadState::running;
         return self.result;
@@ -513,7 +517,7 @@ private:
         std::uint64_t seen = 0;
         std::unique_lock lk(m_);
         for (;;) {
-            cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+            start_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
             if (stop_) return;
             seen = generation_;
             if (i >= threads_.size()) continue;
@@ -542,7 +546,7 @@ private:
                     abort_block(std::current_exception());
                 }
                 active_ += unsigned(released_.size());
-                if (!released_.empty()) cv_.notify_all();
+                wake_released();
                 check_progress();
             }
             t.state = ThreadState::exited;
@@ -560,13 +564,19 @@ private:
         }
     }
 
+    // Called with the lock held.
+    void wake_released() {
+        for (unsigned i : released_) wake_[i]->notify_one();
+    }
+
     void abort_block(std::exception_ptr e) {
         if (!fault_) fault_ = e;
-        cv_.notify_all();
+        for (const auto& w : wake_) w->notify_one();
     }
 
     std::mutex m_;
-    std::condition_variable cv_, done_cv_;
+    std::condition_variable start_cv_, done_cv_;
+    std::vector<std::unique_ptr<std::condition_variable>> wake_;  // per thread of the block, by tid
     std::vector<std::thread> team_;
     std::vector<SimThread> threads_;
     std::vector<unsigned> released_;

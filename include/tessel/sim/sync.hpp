@@ -7,6 +7,7 @@
 
 #include <vector_types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <source_location>
@@ -121,6 +122,9 @@ public:
         // Lanes past the end of a partial last warp never exist; they count as exited from the start.
         gone_.assign((n_ + 31) / 32, 0u);
         if (n_ % 32) gone_.back() = ~((1u << (n_ % 32)) - 1u);
+        waiting_lanes_.assign(gone_.size(), 0u);
+        collective_lanes_.assign(gone_.size(), 0u);
+        activemask_lanes_.assign(gone_.size(), 0u);
     }
 
     // "sim: kernel K, block (x,y,z)": the context every fault message starts with.
@@ -135,12 +139,17 @@ public:
     // Threads the arrival releases are appended to `released` (state set to ready).
     void arrive(SimThread& self, std::vector<unsigned>& released) {
         self.state = ThreadState::waiting;
+        const unsigned bit = 1u << self.lane;
+        waiting_lanes_[self.warp] |= bit;
         if (is_block_barrier(self.kind)) {
             ++waiting_block_;
             if (waiting_block_ + exited_ == n_) release_block(released);
         } else {
             ++waiting_warp_;
-            if (self.kind != SyncKind::activemask) {
+            if (self.kind == SyncKind::activemask) {
+                activemask_lanes_[self.warp] |= bit;
+            } else {
+                collective_lanes_[self.warp] |= bit;
                 check_warp_mask(self);
                 if (self.kind == SyncKind::warp_matrix && gone_[self.warp] != 0) partial_warp(self);
                 try_release_warp(self, released);
@@ -287,6 +296,7 @@ private:
             released.push_back(i);
         }
         waiting_block_ = 0;
+        std::fill(waiting_lanes_.begin(), waiting_lanes_.end(), 0u);  // every thread waited here
     }
 
     [[noreturn]] void divergent_block_barrier() const {
@@ -305,10 +315,13 @@ private:
     }
 
     // Releases the group `self` waits in once every lane of its mask that has not exited waits in the
-    // same collective with the same mask (CUDA's rule: exited lanes are left out).
+    // same collective with the same mask (CUDA's rule: exited lanes are left out). The lane masks
+    // answer "not yet" without reading the lanes: a warp's first 31 arrivals cost O(1), the last one
+    // reads the 32 lanes once (the scan per arrival made warp collectives quadratic in the lanes).
     void try_release_warp(SimThread& self, std::vector<unsigned>& released) {
         const unsigned base = self.warp * 32;
         const unsigned group = self.mask & ~gone_[self.warp];
+        if ((collective_lanes_[self.warp] & group) != group) return;
         const SyncKind kind = self.kind;
         const unsigned mask = self.mask;
         for (unsigned l = 0; l < 32; ++l) {
@@ -328,19 +341,16 @@ private:
             released.push_back(base + l);
             --waiting_warp_;
         }
+        collective_lanes_[self.warp] &= ~group;
+        waiting_lanes_[self.warp] &= ~group;
     }
 
     // __activemask: once no live lane of the warp is still running, the lanes waiting at one
     // __activemask call site are the ones that arrived there together; each receives that set.
     void try_release_activemask(unsigned warp, std::vector<unsigned>& released) {
         const unsigned base = warp * 32;
-        unsigned arrived = 0;
-        for (unsigned l = 0; l < 32; ++l) {
-            if (gone_[warp] >> l & 1u) continue;
-            const SimThread& o = (*t_)[base + l];
-            if (o.state != ThreadState::waiting) return;
-            if (o.kind == SyncKind::activemask) arrived |= 1u << l;
-        }
+        const unsigned arrived = activemask_lanes_[warp];
+        if (arrived == 0 || (waiting_lanes_[warp] | gone_[warp]) != ~0u) return;
         for (unsigned l = 0; l < 32; ++l) {
             if (!(arrived >> l & 1u)) continue;
             SimThread& o = (*t_)[base + l];
@@ -355,6 +365,8 @@ private:
             released.push_back(base + l);
             --waiting_warp_;
         }
+        activemask_lanes_[warp] = 0;
+        waiting_lanes_[warp] &= ~arrived;
     }
 
     std::uint64_t collective_result(const SimThread& me, unsigned base, unsigned group) const {
@@ -390,6 +402,9 @@ private:
 
     std::vector<SimThread>* t_ = nullptr;
     std::vector<unsigned> gone_;  // per warp: lanes exited or never present
+    // Per warp, lanes whose state is `waiting`: at anything; at a warp collective other than
+    // __activemask; at __activemask.
+    std::vector<unsigned> waiting_lanes_, collective_lanes_, activemask_lanes_;
     unsigned n_ = 0, waiting_block_ = 0, waiting_warp_ = 0, exited_ = 0;
     const std::string* kernel_ = nullptr;  // the launch's name, in kernel_name()'s cache (never freed)
     uint3 block_{};
