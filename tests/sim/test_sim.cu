@@ -42,6 +42,19 @@ __global__ void warp_aggregated_count(int* counter, unsigned* masks) {
     if (lane == unsigned(__ffs(int(m)) - 1)) atomicAdd(counter, __popc(m));
 }
 
+// __activemask right after a barrier and other warp collectives: a lane released from one must not
+// still count as waiting when the next group forms (the sim tracks waiting lanes per warp).
+__global__ void activemask_after_collectives(unsigned* masks, int* shuffled) {
+    unsigned* mine = masks + 4 * threadIdx.x;
+    __syncthreads();
+    mine[0] = __activemask();
+    shuffled[threadIdx.x] = __shfl_xor_sync(0xffffffffu, int(threadIdx.x), 1);
+    mine[1] = __activemask();
+    mine[2] = __activemask();
+    __syncwarp();
+    mine[3] = __activemask();
+}
+
 __global__ void mask_without_caller(int* out) {
     out[threadIdx.x] = int(__ballot_sync(0x1u, 1));  // lanes 1..31 are not in their own mask
 }
@@ -191,6 +204,23 @@ TEST_CASE("__activemask returns the lanes that arrive together", "[sim][warp]") 
     CHECK(counter.download()[0] == n);  // one atomic per warp, adding the whole warp
     auto h = masks.download();
     for (int t = 1; t < n; t += 2) CHECK(h[t] == 0xAAAAAAAAu);
+}
+
+TEST_CASE("__activemask after __syncthreads, a shuffle, another __activemask and __syncwarp is the whole warp", "[sim][warp]") {
+    const int n = 80;  // the last warp has 16 lanes
+    DeviceArray<unsigned> masks(4 * n);
+    DeviceArray<int> shuffled(n);
+    masks.poison();
+    shuffled.poison();
+    tessel::launch(activemask_after_collectives, 1, n, 0, nullptr, masks.data(), shuffled.data());
+    const auto m = masks.download();
+    const auto s = shuffled.download();
+    for (int t = 0; t < n; ++t) {
+        INFO("thread " << t);
+        const unsigned warp_lanes = t < 64 ? 0xffffffffu : 0x0000ffffu;
+        CHECK(s[std::size_t(t)] == (t ^ 1));
+        for (int k = 0; k < 4; ++k) CHECK(m[std::size_t(4 * t + k)] == warp_lanes);
+    }
 }
 
 TEST_CASE("threads waiting at different barriers, or deadlocked, are reported", "[sim][diagnostics]") {
