@@ -37,31 +37,26 @@ __global__ void touch(int n, int* x) {
     if (i < n) x[i] += 1;
 }
 
-// One barrier per thread per round: time per (thread x barrier) is the cost of one fiber switch.
-void BM_BarrierPerThread(benchmark::State& state) {
+// One launch of a block of state.range(0) threads running `kernel` for 200 rounds; `counter` is the
+// time per thread per round.
+void time_per_thread_round(benchmark::State& state, void (*kernel)(int, int*), const char* counter) {
     const int threads = int(state.range(0)), rounds = 200;
     int* sink = static_cast<int*>(tessel::rt::malloc_device(sizeof(int)));
     tessel::Stream stream = tessel::Stream::create();
     auto s = stream.handle();
-    tessel::bench::time_region(state, stream, [&] { tessel::launch(barrier_loop, 1, threads, 0, s, rounds, sink); });
-    state.counters["s_per_thread_barrier"] = benchmark::Counter(
-        double(threads) * rounds * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    tessel::bench::time_region(state, stream, [&] { tessel::launch(kernel, 1, threads, 0, s, rounds, sink); });
+    state.counters[counter] = benchmark::Counter(double(threads) * rounds * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
     tessel::rt::free_device(sink);
 }
+
+// One barrier per thread per round: time per (thread x barrier) is the cost of one fiber switch.
+void BM_BarrierPerThread(benchmark::State& state) { time_per_thread_round(state, barrier_loop, "s_per_thread_barrier"); }
 BENCHMARK(BM_BarrierPerThread)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // One warp shuffle per thread per round: the cost of a warp collective per lane (a fiber switch
 // and the group's bookkeeping, which must not grow with the lanes that already wait).
-void BM_ShufflePerThread(benchmark::State& state) {
-    const int threads = int(state.range(0)), rounds = 200;
-    int* sink = static_cast<int*>(tessel::rt::malloc_device(sizeof(int)));
-    tessel::Stream stream = tessel::Stream::create();
-    auto s = stream.handle();
-    tessel::bench::time_region(state, stream, [&] { tessel::launch(shuffle_loop, 1, threads, 0, s, rounds, sink); });
-    state.counters["s_per_thread_shuffle"] = benchmark::Counter(
-        double(threads) * rounds * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-    tessel::rt::free_device(sink);
-}
+void BM_ShufflePerThread(benchmark::State& state) { time_per_thread_round(state, shuffle_loop, "s_per_thread_shuffle"); }
 BENCHMARK(BM_ShufflePerThread)->Arg(32)->Arg(256)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // Launch to completion of an empty one-block kernel, host-timed: the launch path's latency.
