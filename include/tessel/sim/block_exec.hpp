@@ -483,7 +483,7 @@ public:
         fault_ = nullptr;
         active_ = n;
         done_ = 0;
-        while (wake_.size() < n) wake_.push_back(std::make_unique<std::condition_variable>());
+        while (wake_.size() < n) wake_.emplace_back();
         while (team_.size() < n) team_.emplace_back([this, i = unsigned(team_.size())] { member(i); });
         ++generation_;
         start_cv_.notify_all();
@@ -506,7 +506,7 @@ public:
         active_ += unsigned(released_.size());
         wake_released();
         check_progress();
-        wake_[self.tid]->wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
+        wake_[self.tid].wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
         if (fault_) throw detail::BlockAborted{};
         self.state = ThreadState::running;
         return self.result;
@@ -566,17 +566,17 @@ private:
 
     // Called with the lock held.
     void wake_released() {
-        for (unsigned i : released_) wake_[i]->notify_one();
+        for (unsigned i : released_) wake_[i].notify_one();
     }
 
     void abort_block(std::exception_ptr e) {
         if (!fault_) fault_ = e;
-        for (const auto& w : wake_) w->notify_one();
+        for (auto& w : wake_) w.notify_one();
     }
 
     std::mutex m_;
     std::condition_variable start_cv_, done_cv_;
-    std::vector<std::unique_ptr<std::condition_variable>> wake_;  // per thread of the block, by tid
+    std::deque<std::condition_variable> wake_;  // per thread of the block, by tid (a deque: they never move)
     std::vector<std::thread> team_;
     std::vector<SimThread> threads_;
     std::vector<unsigned> released_;
