@@ -1,6 +1,6 @@
 // fuzz_ops: a seeded, bounded fuzzer of tessel's tensor ops.
 //
-//   fuzz_ops [--seed S] [--steps N] [--only K] [--family NAME] [--verbose]
+//   fuzz_ops [--seed S] [--steps N] [--only K] [--family NAME] [--piece-limit E] [--verbose]
 //
 // Each step draws, from (seed, step) alone, an op family, element types, shapes (rank 0-4, sizes 0
 // to ~70, rarely long rows), a chain of views (slices with steps, permutes, selects, expands,
@@ -11,7 +11,10 @@
 // self-consistent and, once the step's tensors are gone and the device synchronised, its allocated
 // bytes back where they were. A failure prints the seed, the step, what the step did and the
 // command that replays it, and exits 1. TESSEL_FUZZ_SEED overrides the seed (to replay a seed
-// through ctest). In a CUDA build without a GPU it exits 77 (skipped).
+// through ctest). --piece-limit E lowers the elements one launch of an element-wise or reduction
+// kernel covers (ops/pieces.hpp: 2^31 - 16 otherwise), so the steps run the paths of tensors of
+// 2^31 elements or more: several launches over boxes of the iteration. In a CUDA build without a
+// GPU it exits 77 (skipped).
 #include "fuzz.hpp"
 
 #include <chrono>
@@ -19,7 +22,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
+#include <string>
 #include <string_view>
+
+#include <tessel/ops/pieces.hpp>
 
 #include <unistd.h>
 
@@ -36,6 +43,7 @@ namespace {
 char crash_note[4096] = "fuzz_ops: crashed before the first step\n";
 std::uint64_t current_seed = 0;
 std::int64_t current_step = 0;
+char replay_extra[48] = "";  // " --piece-limit E" when set: every replay line repeats it
 
 void crash_report() {
     const ssize_t ignored = ::write(2, crash_note, std::strlen(crash_note));
@@ -54,9 +62,9 @@ void on_signal(int sig) {
 
 void publish_description(const std::string& text) {
     std::snprintf(crash_note, sizeof crash_note,
-                  "\nfuzz_ops: died in seed %llu step %lld: %s\n  replay: fuzz_ops --seed %llu --steps %lld --verbose\n",
+                  "\nfuzz_ops: died in seed %llu step %lld: %s\n  replay: fuzz_ops --seed %llu --steps %lld%s --verbose\n",
                   static_cast<unsigned long long>(current_seed), static_cast<long long>(current_step), text.c_str(),
-                  static_cast<unsigned long long>(current_seed), static_cast<long long>(current_step + 1));
+                  static_cast<unsigned long long>(current_seed), static_cast<long long>(current_step + 1), replay_extra);
 }
 
 namespace {
@@ -66,6 +74,7 @@ struct Options {
     std::int64_t steps = 8000;  // about 25 s on one core of the sim (RelWithDebInfo)
     std::int64_t only = -1;   // run just this step (quicker, but the allocator's state then differs)
     std::string family;       // run only steps that draw this family
+    std::int64_t piece_limit = 0;  // if set (16 or more), ops::detail::piece_limit for the run
     bool verbose = false;
 };
 
@@ -234,8 +243,8 @@ bool run_step(const Options& o, std::int64_t k, std::map<std::string, Counts>& c
                      static_cast<long long>(k), family.c_str(), op.c_str(), invalid ? "bad input" : "valid input", desc.c_str());
         if (!failure.empty()) std::fprintf(stderr, "  failure: %s\n", failure.c_str());
         for (const std::string& p : problems) std::fprintf(stderr, "  allocator: %s\n", p.c_str());
-        std::fprintf(stderr, "  replay: fuzz_ops --seed %llu --steps %lld --verbose   (or --only %lld)\n", static_cast<unsigned long long>(o.seed),
-                     static_cast<long long>(k + 1), static_cast<long long>(k));
+        std::fprintf(stderr, "  replay: fuzz_ops --seed %llu --steps %lld%s --verbose   (or --only %lld)\n", static_cast<unsigned long long>(o.seed),
+                     static_cast<long long>(k + 1), replay_extra, static_cast<long long>(k));
         return false;
     }
     auto& c = counts[family];
@@ -267,11 +276,17 @@ Options parse(int argc, char** argv) {
         else if (a == "--steps") o.steps = std::stoll(value());
         else if (a == "--only") o.only = std::stoll(value());
         else if (a == "--family") o.family = value();
+        else if (a == "--piece-limit") o.piece_limit = std::stoll(value());
         else if (a == "--verbose") o.verbose = true;
         else {
-            std::fprintf(stderr, "usage: fuzz_ops [--seed S] [--steps N] [--only K] [--family NAME] [--verbose]\n");
+            std::fprintf(stderr, "usage: fuzz_ops [--seed S] [--steps N] [--only K] [--family NAME] [--piece-limit E] [--verbose]\n");
             std::exit(2);
         }
+    }
+    if (o.piece_limit != 0 && o.piece_limit < 16) {
+        std::fprintf(stderr, "fuzz_ops: --piece-limit %lld is below 16 (a piece of a flat iteration is a multiple of 16 elements)\n",
+                     static_cast<long long>(o.piece_limit));
+        std::exit(2);
     }
     if (const char* env = std::getenv("TESSEL_FUZZ_SEED"); env && *env) {
         o.seed = std::stoull(env);
@@ -298,8 +313,13 @@ int main(int argc, char** argv) {
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, on_signal);
 #endif
     current_seed = o.seed;
-    std::printf("fuzz_ops: seed %llu, %lld steps (replay: fuzz_ops --seed %llu --steps %lld)\n", static_cast<unsigned long long>(o.seed),
-                static_cast<long long>(o.steps), static_cast<unsigned long long>(o.seed), static_cast<long long>(o.steps));
+    std::optional<tessel::ops::detail::PieceLimitForTesting> pieces;
+    if (o.piece_limit) {
+        pieces.emplace(o.piece_limit);
+        std::snprintf(replay_extra, sizeof replay_extra, " --piece-limit %lld", static_cast<long long>(o.piece_limit));
+    }
+    std::printf("fuzz_ops: seed %llu, %lld steps (replay: fuzz_ops --seed %llu --steps %lld%s)\n", static_cast<unsigned long long>(o.seed),
+                static_cast<long long>(o.steps), static_cast<unsigned long long>(o.seed), static_cast<long long>(o.steps), replay_extra);
     std::fflush(stdout);
     const auto start = std::chrono::steady_clock::now();
     std::map<std::string, Counts> counts, ops;

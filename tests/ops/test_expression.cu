@@ -4,6 +4,7 @@
 // outputs are poisoned (all bytes 0xFF: NaN, -1, invalid bool) before each run.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include <tessel/ops/assign.hpp>
+#include <tessel/ops/pieces.hpp>
 
 #include "../reference/elementwise.hpp"
 #include "../support/random_tensor.hpp"
@@ -353,6 +355,128 @@ TEMPLATE_TEST_CASE("row and column broadcasts take the row kernel", "[ops][expre
         (out = a.dev + bias.dev).run();
         expect_kernel("evaluate_strided");
         check(out, [&](const auto& i) { return as_double(at(a.host, i)) + as_double(at(bias.host, {i[1]})); }, 0, rtol, "unaligned rows");
+    }
+}
+
+// ---- iterations of 2^31 elements or more: several launches of the 32-bit kernels -------------------
+
+// The boxes of detail::for_each_piece cover every element exactly once, in row-major order, each
+// within the limit, with a flat iteration cut at multiples of 16: random shapes of rank 1 to 5
+// against a host array that counts how often each element was covered.
+TEST_CASE("pieces cover an iteration once, in order, within the limit", "[ops][expression][pieces]") {
+    std::uint64_t state = 12345;
+    auto next = [&](std::int64_t lo, std::int64_t hi) {  // SplitMix64, uniform enough for sizes
+        state += 0x9E3779B97F4A7C15ull;
+        std::uint64_t z = state;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return lo + std::int64_t((z ^ (z >> 31)) % std::uint64_t(hi - lo + 1));
+    };
+    for (int trial = 0; trial < 300; ++trial) {
+        const int rank = int(next(1, 5));
+        Shape shape;
+        for (int d = 0; d < rank; ++d) shape.push_back(next(1, rank == 1 ? 5000 : rank == 2 ? 60 : rank == 3 ? 15 : 9));
+        const std::int64_t limit = next(16, 700);
+        std::int64_t n = 1;
+        for (auto s : shape) n *= s;
+        std::vector<int> covered(std::size_t(n), 0);
+        std::int64_t pieces = 0, last_first = -1;
+        bool within = true, ordered = true, aligned_cuts = true;
+        ops::detail::for_each_piece(shape, limit, [&](const ops::detail::Piece& p) {
+            ++pieces;
+            std::int64_t elements = 1;
+            for (int d = 0; d < rank; ++d) elements *= p.shape[d];
+            within = within && elements == p.numel && p.numel <= limit && p.numel > 0;
+            const std::int64_t first = ops::detail::offset_of(p.origin, Layout::contiguous(shape).strides);
+            ordered = ordered && first > last_first;
+            last_first = first;
+            if (rank == 1) aligned_cuts = aligned_cuts && p.origin[0] % 16 == 0;
+            for_each_index(p.shape, [&](const std::vector<std::int64_t>& idx) {
+                std::int64_t flat = 0;
+                for (int d = 0; d < rank; ++d) flat = flat * shape[d] + p.origin[d] + idx[std::size_t(d)];
+                ++covered[std::size_t(flat)];
+            });
+        });
+        INFO("shape " << shape << ", limit " << limit << ", " << pieces << " pieces");
+        CHECK(within);
+        CHECK(ordered);
+        CHECK(aligned_cuts);
+        CHECK(std::count(covered.begin(), covered.end(), 1) == n);
+        if (n <= limit) CHECK(pieces == 1);
+    }
+}
+
+// With the piece limit lowered to 1000 elements, each kernel runs a tensor as several launches with
+// moved pointers; the results must equal the single-launch ones element for element (same kernel,
+// same per-element arithmetic), and no element outside the pieces is written. Tolerance: one
+// rounding of a float computation (2^-24 relative) unless said otherwise.
+TEST_CASE("an iteration over the piece limit runs as several launches of the same kernels", "[ops][expression][pieces]") {
+    const ops::detail::PieceLimitForTesting limit(1000);
+    auto expect = [](const char* kernel, std::uint64_t launches, std::uint64_t before) {
+        if (backend != Backend::sim) return;
+        CHECK_THAT(testing::last_kernel(), Catch::Contains(kernel));
+        CHECK(testing::launch_count() - before == launches);
+    };
+    {  // flat and aligned: pieces of 992 (1000 rounded down to 16), the vector kernel
+        auto x = random_operand<float>({4099}, 51), y = random_operand<float>({4099}, 52);
+        auto out = poisoned<float>({4099});
+        const auto before = testing::launch_count();
+        (out = x.dev * 2 + y.dev).run();
+        expect("evaluate_contiguous<4", (4099 + 991) / 992, before);
+        check(out, [&](const auto& i) { return 2.0 * double(at(x.host, i)) + double(at(y.host, i)); }, 0, 1e-7, "flat");
+    }
+    {  // flat __half (8 to a vector) from an operand offset by one element: the scalar kernel
+        auto x = random_operand<__half>({3001}, 53);
+        auto xs = Operand<__half>{x.dev.slice(0, 1, 3001), x.host.slice(0, 1, 3001)};
+        auto out = poisoned<__half>({3000});
+        const auto before = testing::launch_count();
+        (out = xs.dev - 1).run();
+        expect("evaluate_contiguous<1,", (3000 + 991) / 992, before);
+        check(out, [&](const auto& i) { return as_double(at(xs.host, i)) - 1; }, 0, 1e-3, "flat misaligned");
+    }
+    {  // a bias add over rows of 129 padded to 132: 7 rows (903 elements) a piece
+        auto a = random_operand<float>({37, 132}, 54), bias = random_operand<float>({129}, 55);
+        auto av = Operand<float>{a.dev.slice(1, 0, 129), a.host.slice(1, 0, 129)};
+        auto whole = poisoned<float>({37, 132});
+        auto out = whole.slice(1, 0, 129);
+        const auto before = testing::launch_count();
+        (out = av.dev + bias.dev).run();
+        expect("evaluate_rows", (37 + 6) / 7, before);
+        check(out, [&](const auto& i) { return double(at(av.host, i)) + double(at(bias.host, {i[1]})); }, 0, 1e-7, "rows");
+        const Tensor<float> h = whole.to_host();
+        std::size_t written = 0;
+        for (std::int64_t r = 0; r < 37; ++r)
+            for (std::int64_t c = 129; c < 132; ++c) written += !std::isnan(at(h, {r, c}));
+        CHECK(written == 0);
+    }
+    {  // strided [31, 9, 33]: 3 of the outer dim's 297-element blocks a piece
+        auto big = random_operand<float>({9, 33, 31}, 56);
+        auto p = Operand<float>{big.dev.permute({2, 0, 1}), big.host.permute({2, 0, 1})};
+        auto target = poisoned<float>({33, 9, 31});
+        auto tv = target.permute({2, 1, 0});
+        const auto before = testing::launch_count();
+        (tv = p.dev * 3 + 1).run();
+        expect("evaluate_strided", (31 + 2) / 3, before);
+        // 3x + 1 rounds twice in float, each time by at most half an ulp of a value below 4: 2^-22.
+        check(tv, [&](const auto& i) { return 3.0 * double(at(p.host, i)) + 1; }, 2.4e-7, 0, "strided, outer dim cut");
+    }
+    {  // strided [3, 5, 401]: the middle dim cut in runs of 2 (802 elements), under each outer index
+        auto src = random_operand<float>({401, 5, 3}, 57);
+        auto sv = Operand<float>{src.dev.permute({2, 1, 0}), src.host.permute({2, 1, 0})};
+        auto out = poisoned<float>({3, 5, 401});
+        const auto before = testing::launch_count();
+        (out = sv.dev - 0.25f).run();
+        expect("evaluate_strided", 3 * 3, before);
+        check(out, [&](const auto& i) { return double(at(sv.host, i)) - 0.25; }, 0, 1e-7, "strided, middle dim cut");
+    }
+    {  // strided [3, 2500] into a transposed output: the last dim cut in runs of 992
+        auto x = random_operand<float>({3, 2500}, 58);
+        auto target = poisoned<float>({2500, 3});
+        auto tv = target.permute({1, 0});
+        const auto before = testing::launch_count();
+        (tv = x.dev * x.dev).run();
+        expect("evaluate_strided", 3 * 3, before);
+        check(tv, [&](const auto& i) { return double(at(x.host, i)) * double(at(x.host, i)); }, 0, 1e-7, "strided, last dim cut");
     }
 }
 

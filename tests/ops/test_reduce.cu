@@ -339,6 +339,72 @@ TEST_CASE("column reductions with several items per block", "[ops][reduce]") {
     }
 }
 
+// With the piece limit lowered to 1000 elements (ops/pieces.hpp), reductions run as they would on
+// tensors of 2^31 elements or more: pieces of whole outputs while an output's elements fit in one
+// (a launch per piece), else pieces inside each output whose partial accumulators one last launch
+// combines (mean divides by the whole K, argmax counts positions from the output's first element,
+// Welford states merge across pieces). Tolerances as in the sweep above (float: 200 ulps of the
+// absolute sum); extremum positions are exact.
+TEST_CASE("reductions over the piece limit run as several launches", "[ops][reduce][pieces]") {
+    const ops::detail::PieceLimitForTesting limit(1000);
+    auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
+    auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
+    auto exact = [](const auto&) { return 0.0; };
+    auto launches = [](auto&& run) {
+        const auto before = testing::launch_count();
+        run();
+        return testing::launch_count() - before;
+    };
+    {  // rows of 129: 7 outputs (903 elements) a piece, one launch each
+        auto x = random_input<float>({37, 129}, 41);
+        check_reduction("sum of rows", x, {1}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, sum_tol);
+        check_reduction("argmax of rows", x, {1}, true, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max, exact);
+        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev, {1}); }) == (37 + 6) / 7);
+    }
+    {  // columns of 129 over two kept dims [3, 13]: pieces of the kept dims
+        auto x = random_input<float>({129, 3, 13}, 42);
+        check_reduction("sum of columns", x, {0}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, sum_tol);
+        check_reduction("argmin of columns", x, {0}, false, [](const auto& t, const Axes& a, bool k) { return argmin(t, a, k); },
+                        [](const auto& v) { return double(std::min_element(v.begin(), v.end()) - v.begin()); }, exact);
+    }
+    {  // one output of 4099 (vector loads): 5 pieces of at most 992, then the combination
+        auto x = random_input<float>({4099}, 43);
+        check_reduction("sum", x, {}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, sum_tol);
+        check_reduction("mean", x, {}, false, [](const auto& t, const Axes& a, bool k) { return mean(t, a, k); },
+                        [](const auto& v) { return sum_of(v) / double(v.size()); }, [&](const auto& v) { return sum_tol(v) / double(v.size()); });
+        check_reduction("var", x, {}, false, [](const auto& t, const Axes& a, bool k) { return var(t, a, 1, k); },
+                        [](const auto& v) { return variance(v, 1); }, [](const auto& v) { return 200 * 6e-8 * 20 * variance(v, 0) + 1e-12; });
+        check_reduction("argmax", x, {}, false, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max, exact);
+        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev); }) == (4099 + 991) / 992 + 1);
+    }
+    {  // three outputs of 3000 bf16 (8 to a vector), and their columns' transpose (strided rows)
+        auto x = random_input<__nv_bfloat16>({3, 3000}, 44);
+        check_reduction("argmax of long rows", x, {1}, false, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max,
+                        exact);
+        check_reduction("sum of long rows", x, {-1}, true, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of,
+                        [](const auto& v) { return (200 * 6e-8 + 1.0 / 256) * abs_sum(v) + 1e-30; });  // float sums, one bf16 rounding
+        Input<__nv_bfloat16> t{x.dev.transpose(0, 1), x.host.transpose(0, 1)};
+        check_reduction("argmax of long columns", t, {0}, false, [](const auto& v, const Axes& a, bool k) { return argmax(v, a, k); },
+                        first_max, exact);
+    }
+    {  // outputs of no elements: pieces of the outputs alone
+        auto e = empty<float>({1500, 0});
+        CHECK(sum(e, {1}).to_vector() == std::vector<float>(1500, 0.f));
+    }
+    {  // fused expressions: rows of 129 (pieces of outputs) and one output of 4099 (pieces inside it)
+        auto a = random_input<float>({37, 129}, 45), b = random_input<float>({129}, 46);
+        auto ab = expression_values({37, 129}, [&](const auto& i) { return double(a.host.data()[i[0] * 129 + i[1]]) * b.host.data()[i[1]]; });
+        check_reduction("sum(a * b) of rows", ab, {1}, false, [&](const auto&, const Axes& ax, bool k) { return sum(a.dev * b.dev, ax, k); },
+                        sum_of, sum_tol);
+        auto y = random_input<float>({4099}, 47);
+        auto mag = expression_values({4099}, [&](const auto& i) { return std::fabs(double(y.host.data()[i[0]]) - 0.5); });
+        check_reduction("argmax(abs(y - 0.5))", mag, {}, false, [&](const auto&, const Axes& ax, bool k) { return argmax(abs(y.dev - 0.5f), ax, k); },
+                        first_max, exact);
+        check_reduction("sum(abs(y - 0.5))", mag, {}, false, [&](const auto&, const Axes& ax, bool k) { return sum(abs(y.dev - 0.5f), ax, k); },
+                        sum_of, sum_tol);
+    }
+}
+
 #if defined(TESSEL_BACKEND_CUDA)
 // On a GPU: tessel's sums next to CUB's on the same inputs, both within the float bound of the
 // long-double reference (CUB's order differs, so the two need not agree bit for bit).

@@ -1,7 +1,9 @@
 // Evaluating an expression: `(c = expr).run(stream)` checks shapes, devices and aliasing, merges
 // dims that every operand walks contiguously, lowers the host tree to a device tree and launches ONE
 // kernel (kernels/tessel/kernels/expression.cuh): the vectorised contiguous kernel when every
-// operand is contiguous (or a broadcast scalar) and aligned, else the strided kernel.
+// operand is contiguous (or a broadcast scalar) and aligned, the row kernel for row broadcasts,
+// else the strided kernel. Iterations of 2^31 elements or more run as a few launches of the same
+// 32-bit-indexed kernels (ops/pieces.hpp).
 #pragma once
 
 #include <algorithm>
@@ -11,12 +13,14 @@
 #include <limits>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tessel/kernels/expression.cuh>
 
 #include "../runtime/launch.hpp"
 #include "expression.hpp"
+#include "pieces.hpp"
 
 namespace tessel::ops {
 
@@ -214,11 +218,8 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     }
 
     const detail::Iteration it = detail::coalesce(shape, out_.strides(), leaves);
-    const LeafPlan* next = leaves.data();
-    const auto lowered = expr_.lower(next);
-    using Lowered = std::remove_cvref_t<decltype(lowered)>;
-    static_assert(sizeof(Lowered) + std::max(sizeof(kernels::StridedOutput<Out, std::uint32_t>), sizeof(kernels::StridedOutput<Out, std::uint64_t>)) + 8 <=
-                      kernel_parameter_limit,
+    using Lowered = std::remove_cvref_t<decltype(expr_.lower(std::declval<const LeafPlan*&>()))>;
+    static_assert(sizeof(Lowered) + sizeof(kernels::StridedOutput<Out, std::uint32_t>) + 8 <= kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
 
@@ -227,43 +228,52 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     auto blocks_for_work = [&](std::int64_t work) {
         return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, cap)));
     };
+    const std::int64_t limit = detail::piece_limit.load(std::memory_order_relaxed);
     const bool contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
                             std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
     constexpr int V = int(16 / std::max(sizeof(Out), E::widest)) > 0 ? int(16 / std::max(sizeof(Out), E::widest)) : 1;
     // Rank 2 with every column stride 0 or 1 and every row start aligned to V: the row kernel.
-    bool rows = V > 1 && !contiguous && it.shape.size() == 2 && it.shape[1] >= V && it.out_strides[1] == 1 &&
+    bool rows = V > 1 && !contiguous && it.shape.size() == 2 && it.shape[1] >= V && it.shape[1] <= limit && it.out_strides[1] == 1 &&
                 it.out_strides[0] % V == 0 && detail::aligned(out_.data(), V * sizeof(Out));
     for (const LeafPlan& l : leaves)
         rows = rows && (l.strides[1] == 0 || (l.strides[1] == 1 && l.strides[0] % V == 0 && detail::aligned(l.data, V * l.element_size)));
-    const bool small = n < std::numeric_limits<std::int32_t>::max();
+    bool vector = contiguous && V > 1 && detail::aligned(out_.data(), V * sizeof(Out));
+    for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || detail::aligned(l.data, V * l.element_size));
+
+    // One launch per piece (one in all below 2^31 elements): the operands' pointers moved to the
+    // piece's first element; a piece of a flat iteration starts on a multiple of 16 elements, so the
+    // alignment found above holds for every piece.
+    std::vector<const void*> first(leaves.size());
+    for (std::size_t k = 0; k < leaves.size(); ++k) first[k] = leaves[k].data;
+    using I = std::uint32_t;
     DeviceGuard guard(device);
-    auto go = [&]<class I>(I) {
+    detail::for_each_piece(it.shape, limit, [&](const detail::Piece& p) {
+        for (std::size_t k = 0; k < leaves.size(); ++k)
+            leaves[k].data = static_cast<const char*>(first[k]) + detail::offset_of(p.origin, leaves[k].strides) * std::int64_t(leaves[k].element_size);
+        Out* const o = out_.data() + detail::offset_of(p.origin, it.out_strides);
+        const LeafPlan* next = leaves.data();
+        const Lowered lowered = expr_.lower(next);
+        const std::int64_t count = p.numel;
         if (rows) {
-            const std::int64_t chunks_per_row = (it.shape[1] + V - 1) / V, chunks = it.shape[0] * chunks_per_row;
-            launch(kernels::evaluate_rows<V, Out, Lowered, I>, GridDim(blocks_for_work(chunks), site), dim3(threads), 0, stream,
-                   out_.data(), it.out_strides[0], lowered, I(it.shape[1]), Divisor<I>::of(I(chunks_per_row)), I(chunks));
+            const std::int64_t chunks_per_row = (p.shape[1] + V - 1) / V, chunks = p.shape[0] * chunks_per_row;
+            launch(kernels::evaluate_rows<V, Out, Lowered, I>, GridDim(blocks_for_work(chunks), site), dim3(threads), 0, stream, o,
+                   it.out_strides[0], lowered, I(p.shape[1]), Divisor<I>::of(I(chunks_per_row)), I(chunks));
+        } else if (vector) {
+            launch(kernels::evaluate_contiguous<V, Out, Lowered, I>, GridDim(blocks_for_work(count / V + 1), site), dim3(threads), 0, stream,
+                   o, lowered, I(count));
         } else if (contiguous) {
-            bool vector = V > 1 && detail::aligned(out_.data(), V * sizeof(Out));
-            for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || detail::aligned(l.data, V * l.element_size));
-            if (vector) {
-                launch(kernels::evaluate_contiguous<V, Out, Lowered, I>, GridDim(blocks_for_work(n / V + 1), site), dim3(threads), 0,
-                       stream, out_.data(), lowered, I(n));
-            } else {
-                launch(kernels::evaluate_contiguous<1, Out, Lowered, I>, GridDim(blocks_for_work(n), site), dim3(threads), 0,
-                       stream, out_.data(), lowered, I(n));
-            }
+            launch(kernels::evaluate_contiguous<1, Out, Lowered, I>, GridDim(blocks_for_work(count), site), dim3(threads), 0, stream, o,
+                   lowered, I(count));
         } else {
-            kernels::StridedOutput<Out, I> o{out_.data(), it.shape.size(), {}, {}};
-            for (int d = 0; d < it.shape.size(); ++d) {
-                o.shape[d] = Divisor<I>::of(I(it.shape[d]));
-                o.stride[d] = it.out_strides[d];
+            kernels::StridedOutput<Out, I> so{o, p.shape.size(), {}, {}};
+            for (int d = 0; d < p.shape.size(); ++d) {
+                so.shape[d] = Divisor<I>::of(I(p.shape[d]));
+                so.stride[d] = it.out_strides[d];
             }
-            launch(kernels::evaluate_strided<Out, Lowered, I>, GridDim(blocks_for_work(n), site), dim3(threads), 0, stream, o,
-                   lowered, I(n));
+            launch(kernels::evaluate_strided<Out, Lowered, I>, GridDim(blocks_for_work(count), site), dim3(threads), 0, stream, so, lowered,
+                   I(count));
         }
-    };
-    if (small) go(std::uint32_t{});
-    else go(std::uint64_t{});
+    });
     out_.storage()->note_write(stream, out_.device());
 }
 

@@ -24,6 +24,7 @@
 #include "../memory/allocator.hpp"
 #include "../runtime/launch.hpp"
 #include "assign.hpp"
+#include "pieces.hpp"
 #include "reducers.hpp"
 
 namespace tessel {
@@ -158,8 +159,89 @@ void launch_reduction(const Src& src, const Op& op, bool columns, std::int64_t M
     }
     if (sp.splits > 1)
         launch(kernels::reduce_partials<Op, I>, GridDim(unsigned(std::clamp<std::int64_t>(M, 1, max_blocks(device, 8))), site), dim3(256), 0,
-               stream, scratch, op, I(M),
-               I(sp.splits), I(K), out);
+               stream, scratch, op, I(M), I(sp.splits), K, out);
+}
+
+// The launches of a reduction over its iteration ordered kept dims first, [kept..., reduced...]:
+// one below 2^31 elements; else pieces (ops/pieces.hpp) of whole outputs while one output's K
+// elements fit in a piece, or pieces inside one output when they do not.
+struct ReductionPiece {
+    Piece box;                  // in the ordered iteration
+    std::int64_t first_output;  // flat index of the box's first output
+    std::int64_t outputs;       // whole outputs in the box (1 for a piece inside an output)
+    std::int64_t first_k;       // position of the box's first element within its output
+    std::int64_t k;             // elements per output in the box
+};
+struct ReductionPieces {
+    std::vector<ReductionPiece> pieces;
+    bool whole_outputs = true;
+};
+inline ReductionPieces reduction_pieces(const Shape& kept, const Shape& reduced, std::int64_t K, std::int64_t limit) {
+    ReductionPieces r;
+    r.whole_outputs = K <= limit;
+    Shape ordered = kept;
+    for (auto s : reduced) ordered.push_back(s);
+    const Shape kept_strides = Layout::contiguous(kept).strides, reduced_strides = Layout::contiguous(reduced).strides;
+    const int nk = kept.size();
+    auto place = [&](Piece box) {
+        std::int64_t outputs = 1;
+        Shape kept_origin, reduced_origin;
+        for (int d = 0; d < box.shape.size(); ++d) {
+            if (d < nk) {
+                outputs *= box.shape[d];
+                kept_origin.push_back(box.origin[d]);
+            } else {
+                reduced_origin.push_back(box.origin[d]);
+            }
+        }
+        const std::int64_t k = r.whole_outputs ? K : box.numel;
+        r.pieces.push_back({box, offset_of(kept_origin, kept_strides), outputs, offset_of(reduced_origin, reduced_strides), k});
+    };
+    if (K == 0) {  // outputs of no elements: pieces of the kept dims, each box spanning the (empty) reduced ones
+        for_each_piece(kept, limit, [&](const Piece& p) {
+            Piece box = p;
+            for (auto s : reduced) {
+                box.origin.push_back(0);
+                box.shape.push_back(s);
+            }
+            place(box);
+        });
+    } else {
+        for_each_piece(ordered, limit, place);
+    }
+    return r;
+}
+
+// Outputs of K > the piece limit elements: each piece (inside one output) reduces on the block-wide
+// row kernel into partial accumulators of its output, every output cut alike (so numbered alike),
+// then reduce_partials combines each output's partials in order. with_source(piece, f) calls f
+// with the piece's source.
+template <int V, class Op, class I, class WithSource>
+void reduce_long_outputs(const ReductionPieces& r, const Op& op, std::int64_t M, std::int64_t K, Device device, rt::stream_t stream,
+                         std::source_location site, typename Op::out_t* out, WithSource&& with_source) {
+    using A = typename Op::acc_t;
+    std::int64_t per_output = 0;
+    for (const ReductionPiece& p : r.pieces)
+        if (p.first_output == 0) per_output += split_for(1, p.k, false, V).splits;
+    const Partials partial(std::size_t(M * per_output) * sizeof(A), stream);
+    A* const scratch = static_cast<A*>(partial.p);
+    std::int64_t next = 0;
+    for (std::size_t i = 0; i < r.pieces.size(); ++i) {
+        const ReductionPiece& p = r.pieces[i];
+        if (i > 0 && p.first_output != r.pieces[i - 1].first_output) next = 0;
+        const Splitting sp = split_for(1, p.k, false, V);
+        Op piece_op = op;
+        if constexpr (requires { piece_op.index_base; }) piece_op.index_base = p.first_k;
+        with_source(p, [&](const auto& src) {
+            using Src = std::remove_cvref_t<decltype(src)>;
+            launch(kernels::reduce<256, V, Op, Src, I>, GridDim(unsigned(std::clamp<std::int64_t>(sp.splits, 1, max_blocks(device, 32))), site),
+                   dim3(256), 0, stream, src, piece_op, I(1), I(p.k), I(sp.splits), I(sp.chunk), scratch + p.first_output * per_output + next,
+                   out);
+        });
+        next += sp.splits;
+    }
+    launch(kernels::reduce_partials<Op, I>, GridDim(unsigned(std::clamp<std::int64_t>(M, 1, max_blocks(device, 8))), site), dim3(256), 0,
+           stream, scratch, op, I(M), I(per_output), K, out);
 }
 
 template <class Op, Element T>
@@ -190,25 +272,35 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     for (int d = 0; vector && d < outer_strides.size(); ++d) vector = outer_strides[d] % V == 0;
     const Splitting sp = split_for(M, K, columns, vector ? V : 1);
 
-    DeviceGuard guard(device);
-    auto go = [&]<class I>(I) {
-        kernels::TensorSource<T, I> src{x.data(), {outer_shape.size(), inner_shape.size(), {}, {}, {}, {}}};
+    // Kept dims then reduced dims: a piece's source starts at its box's first element.
+    Shape ordered_strides = outer_strides;
+    for (auto st : inner_strides) ordered_strides.push_back(st);
+    const ReductionPieces r = reduction_pieces(outer_shape, inner_shape, K, piece_limit.load(std::memory_order_relaxed));
+    using I = std::uint32_t;
+    auto with_source = [&](const ReductionPiece& p, auto&& f) {
+        kernels::TensorSource<T, I> src{x.data() + offset_of(p.box.origin, ordered_strides),
+                                        {outer_shape.size(), inner_shape.size(), {}, {}, {}, {}}};
         for (int d = 0; d < outer_shape.size(); ++d) {
-            src.ix.outer_shape[d] = Divisor<I>::of(I(outer_shape[d]));
+            src.ix.outer_shape[d] = Divisor<I>::of(I(p.box.shape[d]));
             src.ix.outer_stride[d] = outer_strides[d];
         }
         for (int d = 0; d < inner_shape.size(); ++d) {
-            src.ix.inner_shape[d] = Divisor<I>::of(I(inner_shape[d]));
+            src.ix.inner_shape[d] = Divisor<I>::of(I(p.box.shape[outer_shape.size() + d]));
             src.ix.inner_stride[d] = inner_strides[d];
         }
-        if (vector) launch_reduction<V, Op, kernels::TensorSource<T, I>, I>(src, op, columns, M, K, sp, device, stream, site, out.data());
-        else launch_reduction<1, Op, kernels::TensorSource<T, I>, I>(src, op, columns, M, K, sp, device, stream, site, out.data());
+        f(src);
     };
-    const auto span = x.layout().extent();
-    const bool small = x.numel() < std::numeric_limits<std::int32_t>::max() && M * sp.splits < std::numeric_limits<std::int32_t>::max() &&
-                       (!span || span->highest < std::numeric_limits<std::int32_t>::max());
-    if (small) go(std::uint32_t{});
-    else go(std::uint64_t{});
+    DeviceGuard guard(device);
+    auto go = [&]<int W>() {
+        if (!r.whole_outputs) return reduce_long_outputs<W, Op, I>(r, op, M, K, device, stream, site, out.data(), with_source);
+        for (const ReductionPiece& p : r.pieces)
+            with_source(p, [&](const auto& src) {
+                launch_reduction<W, Op, kernels::TensorSource<T, I>, I>(src, op, columns, p.outputs, K, sp, device, stream, site,
+                                                                     out.data() + p.first_output);
+            });
+    };
+    if (vector) go.template operator()<V>();
+    else go.template operator()<1>();
     return out;
 }
 
@@ -238,39 +330,50 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     // Kept dims first, reduced dims last: element k of output o is then flat element o * K + k.
     std::vector<int> order = plan.kept;
     order.insert(order.end(), plan.reduced.begin(), plan.reduced.end());
-    Shape ordered;
-    for (int d : order) ordered.push_back(shape[d]);
     for (LeafPlan& l : leaves) {
         Shape s;
         for (int d : order) s.push_back(l.strides[d]);
         l.strides = s;
     }
-    const Iteration it = coalesce(ordered, Layout::contiguous(ordered).strides, leaves);
-    const LeafPlan* next = leaves.data();
-    const auto lowered = expr.lower(next);
-    using Lowered = std::remove_cvref_t<decltype(lowered)>;
+    using I = std::uint32_t;
+    using Lowered = std::remove_cvref_t<decltype(expr.lower(std::declval<const LeafPlan*&>()))>;
     // The kernel's parameters: the source (expression, K, rank, shape), the op, 4 indices, 2 pointers.
-    static_assert(std::max(sizeof(kernels::ExpressionSource<D, Lowered, std::uint32_t, false>),
-                           sizeof(kernels::ExpressionSource<D, Lowered, std::uint64_t, false>)) + sizeof(Op) + 4 * 8 + 2 * 8 <=
-                      kernel_parameter_limit,
+    static_assert(sizeof(kernels::ExpressionSource<D, Lowered, I, false>) + sizeof(Op) + 4 * 8 + 2 * 8 <= kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
-    const bool linear = it.shape.size() == 1 &&
-                        std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
     const Splitting sp = split_for(M, K, false, 1);
-
-    DeviceGuard guard(device);
-    auto go = [&]<class I, bool Linear>() {
-        using Src = kernels::ExpressionSource<D, Lowered, I, Linear>;
-        Src src{lowered, I(K), it.shape.size(), {}};
-        for (int d = 0; d < it.shape.size(); ++d) src.shape[d] = Divisor<I>::of(I(it.shape[d]));
-        launch_reduction<1, Op, Src, I>(src, op, false, M, K, sp, device, stream, site, out.data());
+    Shape kept_shape, reduced_shape;
+    for (int d : plan.kept) kept_shape.push_back(shape[d]);
+    for (int d : plan.reduced) reduced_shape.push_back(shape[d]);
+    const ReductionPieces r = reduction_pieces(kept_shape, reduced_shape, K, piece_limit.load(std::memory_order_relaxed));
+    // A piece's source: the operands moved to its box's first element and the box's dims coalesced;
+    // element j of its output o is flat element o * p.k + j of that iteration.
+    auto with_source = [&](const ReductionPiece& p, auto&& f) {
+        std::vector<LeafPlan> moved = leaves;
+        for (LeafPlan& l : moved) l.data = static_cast<const char*>(l.data) + offset_of(p.box.origin, l.strides) * std::int64_t(l.element_size);
+        const Iteration it = coalesce(p.box.shape, Layout::contiguous(p.box.shape).strides, moved);
+        const LeafPlan* next = moved.data();
+        const Lowered lowered = expr.lower(next);
+        const bool linear = it.shape.size() == 1 &&
+                            std::all_of(moved.begin(), moved.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
+        auto make = [&]<bool Linear>() {
+            kernels::ExpressionSource<D, Lowered, I, Linear> src{lowered, I(p.k), it.shape.size(), {}};
+            for (int d = 0; d < it.shape.size(); ++d) src.shape[d] = Divisor<I>::of(I(it.shape[d]));
+            f(src);
+        };
+        if (linear) make.template operator()<true>();
+        else make.template operator()<false>();
     };
-    const bool small = M * K < std::numeric_limits<std::int32_t>::max() && M * sp.splits < std::numeric_limits<std::int32_t>::max();
-    if (small && linear) go.template operator()<std::uint32_t, true>();
-    else if (small) go.template operator()<std::uint32_t, false>();
-    else if (linear) go.template operator()<std::uint64_t, true>();
-    else go.template operator()<std::uint64_t, false>();
+    DeviceGuard guard(device);
+    if (!r.whole_outputs) {
+        reduce_long_outputs<1, Op, I>(r, op, M, K, device, stream, site, out.data(), with_source);
+    } else {
+        for (const ReductionPiece& p : r.pieces)
+            with_source(p, [&](const auto& src) {
+                using Src = std::remove_cvref_t<decltype(src)>;
+                launch_reduction<1, Op, Src, I>(src, op, false, p.outputs, K, sp, device, stream, site, out.data() + p.first_output);
+            });
+    }
     return out;
 }
 

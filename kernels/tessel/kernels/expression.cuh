@@ -8,7 +8,8 @@
 //   evaluate_strided: any layouts; a thread turns its flat index into coordinates over the
 //     (coalesced) output shape, by multiply-shift divisors fixed at launch, and each operand
 //     applies its own strides.
-// Both are grid-stride loops, so any grid size covers any n.
+// All are grid-stride loops, so any grid size covers any n below 2^31 (the host launches larger
+// iterations in pieces).
 #pragma once
 
 #include <cstdint>
@@ -91,9 +92,9 @@ __global__ void evaluate_strided(StridedOutput<Out, I> out, E expr, I n) {
         std::int64_t at;
         Out value;
     };
-    // Two elements in flight per thread; the 64-bit index variants (2^31 elements or more) keep one,
-    // since two take 42 registers there and drop a block per SM.
-    grid_stride_unrolled<sizeof(I) == 4 ? 2 : 1>(
+    // Two elements in flight per thread. I is 32 bits wide: the host cuts iterations of 2^31
+    // elements or more into pieces (ops/pieces.hpp).
+    grid_stride_unrolled<2>(
         I(blockIdx.x) * blockDim.x + threadIdx.x, I(gridDim.x) * blockDim.x, n,
         [&](I i) {
             I coord[max_rank] = {};

@@ -4,7 +4,8 @@
 // A group of Threads (32: a warp, or 256: the block) reduces one (output, split) work item: each
 // thread accumulates a fixed strided subset of the split's range, then the group combines through
 // warp shuffles (and shared memory across warps). With one split the group writes the final value;
-// with several, each split writes its partial accumulator and reduce_partials finishes them
+// with several (or when the host passes partials: an output of 2^31 elements or more, reduced in
+// pieces of it), each split writes its partial accumulator and reduce_partials finishes them
 // (a block per output). Every
 // order is fixed by (Threads, splits, K), never by timing: results are bitwise reproducible, and no
 // atomics are used.
@@ -129,7 +130,7 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
             __syncthreads();  // across_warps is reused by the next item
         }
         if (lane == 0 && item < items) {
-            if (splits == 1) out[item] = op.finish(acc, std::int64_t(K));
+            if (partial == nullptr) out[item] = op.finish(acc, std::int64_t(K));
             else partial[item] = acc;
         }
     }
@@ -165,7 +166,7 @@ __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk
         if (threadIdx.x < unsigned(Width)) {
             for (int w = 1; w < warps; ++w) acc = op.combine(acc, partials[w][x]);
             if (o < outputs) {
-                if (splits == 1) out[o] = op.finish(acc, std::int64_t(K));
+                if (partial == nullptr) out[o] = op.finish(acc, std::int64_t(K));
                 else partial[o * splits + s] = acc;
             }
         }
@@ -179,7 +180,7 @@ __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk
 // one after another by a single thread.
 // budget: threads 256, registers 48, hot
 template <class Op, class I>
-__global__ void reduce_partials(const typename Op::acc_t* __restrict__ partial, Op op, I outputs, I splits, I K,
+__global__ void reduce_partials(const typename Op::acc_t* __restrict__ partial, Op op, I outputs, I splits, std::int64_t K,
                                 typename Op::out_t* __restrict__ out) {
     using A = typename Op::acc_t;
     __shared__ A across_warps[8];
@@ -195,7 +196,7 @@ __global__ void reduce_partials(const typename Op::acc_t* __restrict__ partial, 
         if (t < 32) {
             acc = t < 8 ? across_warps[t] : op.identity();
             acc = warp_combine(op, acc, 8);
-            if (t == 0) out[o] = op.finish(acc, std::int64_t(K));
+            if (t == 0) out[o] = op.finish(acc, K);
         }
         __syncthreads();  // across_warps is reused by the next output
     }
