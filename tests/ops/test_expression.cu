@@ -404,6 +404,13 @@ TEST_CASE("pieces cover an iteration once, in order, within the limit", "[ops][e
         CHECK(std::count(covered.begin(), covered.end(), 1) == n);
         if (n <= limit) CHECK(pieces == 1);
     }
+    // Rank 0 is one piece of one element; an empty dim gives none.
+    int calls = 0;
+    ops::detail::for_each_piece(Shape{}, 16, [&](const ops::detail::Piece& p) { calls += p.numel == 1 && p.shape.size() == 0 ? 1 : 100; });
+    CHECK(calls == 1);
+    ops::detail::for_each_piece(Shape{5000, 0, 7}, 16, [&](const ops::detail::Piece&) { ++calls; });
+    CHECK(calls == 1);
+    CHECK_THROWS_WITH(ops::detail::PieceLimitForTesting(15), Catch::Contains("[16, 2^31 - 16]"));
 }
 
 // With the piece limit lowered to 1000 elements, each kernel runs a tensor as several launches with
@@ -424,6 +431,15 @@ TEST_CASE("an iteration over the piece limit runs as several launches of the sam
         (out = x.dev * 2 + y.dev).run();
         expect("evaluate_contiguous<4", (4099 + 991) / 992, before);
         check(out, [&](const auto& i) { return 2.0 * double(at(x.host, i)) + double(at(y.host, i)); }, 0, 1e-7, "flat");
+    }
+    {  // flat, a float and a __half operand (pointers moved by 4 and 2 bytes per element)
+        auto x = random_operand<float>({4099}, 59);
+        auto h = random_operand<__half>({4099}, 60);
+        auto out = poisoned<float>({4099});
+        const auto before = testing::launch_count();
+        (out = x.dev * h.dev).run();
+        expect("evaluate_contiguous<4", (4099 + 991) / 992, before);
+        check(out, [&](const auto& i) { return double(at(x.host, i)) * as_double(at(h.host, i)); }, 0, 1e-7, "flat, mixed element sizes");
     }
     {  // flat __half (8 to a vector) from an operand offset by one element: the scalar kernel
         auto x = random_operand<__half>({3001}, 53);

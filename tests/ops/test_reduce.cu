@@ -261,6 +261,15 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
                     [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); },
                     [](const auto&) { return 0.0; });
 
+    // A full reduction of a rank-8 view whose dims do not merge (strides 1, 2, 4, ... after the permute).
+    auto r8 = random_input<float>({3, 2, 2, 2, 2, 2, 2, 2}, 13);
+    Input<float> p8{r8.dev.permute({7, 6, 5, 4, 3, 2, 1, 0}), r8.host.permute({7, 6, 5, 4, 3, 2, 1, 0})};
+    check_reduction("sum of a rank-8 view", p8, {}, false, [](const auto& v, const Axes& a, bool k) { return sum(v, a, k); }, sum_of,
+                    [](const auto& v) { return 1e-5 * abs_sum(v); });
+    check_reduction("argmax of a rank-8 view", p8, {}, false, [](const auto& v, const Axes& a, bool k) { return argmax(v, a, k); },
+                    [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); },
+                    [](const auto&) { return 0.0; });
+
     // Same input, same bits, every time (no atomics; the order depends on the shape only).
     auto y = random_input<float>({testing::large(1000003)}, 12);
     const float first = sum(y.dev).item();
@@ -361,21 +370,22 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
         check_reduction("argmax of rows", x, {1}, true, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max, exact);
         if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev, {1}); }) == (37 + 6) / 7);
     }
-    {  // columns of 129 over two kept dims [3, 13]: pieces of the kept dims
-        auto x = random_input<float>({129, 3, 13}, 42);
+    {  // columns of 129 over two kept dims [3, 13] that do not merge (rows of 16): 7 columns a piece
+        auto base = random_input<float>({129, 3, 16}, 42);
+        Input<float> x{base.dev.slice(2, 0, 13), base.host.slice(2, 0, 13)};
         check_reduction("sum of columns", x, {0}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, sum_tol);
         check_reduction("argmin of columns", x, {0}, false, [](const auto& t, const Axes& a, bool k) { return argmin(t, a, k); },
                         [](const auto& v) { return double(std::min_element(v.begin(), v.end()) - v.begin()); }, exact);
     }
-    {  // one output of 4099 (vector loads): 5 pieces of at most 992, then the combination
-        auto x = random_input<float>({4099}, 43);
+    {  // one output of 4100 (vector loads): 5 pieces of at most 992, then the combination
+        auto x = random_input<float>({4100}, 43);
         check_reduction("sum", x, {}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, sum_tol);
         check_reduction("mean", x, {}, false, [](const auto& t, const Axes& a, bool k) { return mean(t, a, k); },
                         [](const auto& v) { return sum_of(v) / double(v.size()); }, [&](const auto& v) { return sum_tol(v) / double(v.size()); });
         check_reduction("var", x, {}, false, [](const auto& t, const Axes& a, bool k) { return var(t, a, 1, k); },
                         [](const auto& v) { return variance(v, 1); }, [](const auto& v) { return 200 * 6e-8 * 20 * variance(v, 0) + 1e-12; });
         check_reduction("argmax", x, {}, false, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max, exact);
-        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev); }) == (4099 + 991) / 992 + 1);
+        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev); }) == (4100 + 991) / 992 + 1);
     }
     {  // three outputs of 3000 bf16 (8 to a vector), and their columns' transpose (strided rows)
         auto x = random_input<__nv_bfloat16>({3, 3000}, 44);
@@ -385,6 +395,15 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
                         [](const auto& v) { return (200 * 6e-8 + 1.0 / 256) * abs_sum(v) + 1e-30; });  // float sums, one bf16 rounding
         Input<__nv_bfloat16> t{x.dev.transpose(0, 1), x.host.transpose(0, 1)};
         check_reduction("argmax of long columns", t, {0}, false, [](const auto& v, const Axes& a, bool k) { return argmax(v, a, k); },
+                        first_max, exact);
+    }
+    {  // outputs of 2000 over two reduced dims that do not merge ([40, 50] with strides 3 and 120):
+       // pieces of 20 x 50, positions counted over the reduced dims in row-major order
+        auto base = random_input<float>({50, 40, 3}, 48);
+        Input<float> x{base.dev.permute({2, 1, 0}), base.host.permute({2, 1, 0})};
+        check_reduction("sum over strided dims", x, {1, 2}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of,
+                        sum_tol);
+        check_reduction("argmax over strided dims", x, {1, 2}, false, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); },
                         first_max, exact);
     }
     {  // outputs of no elements: pieces of the outputs alone
@@ -402,6 +421,31 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
                         first_max, exact);
         check_reduction("sum(abs(y - 0.5))", mag, {}, false, [&](const auto&, const Axes& ax, bool k) { return sum(abs(y.dev - 0.5f), ax, k); },
                         sum_of, sum_tol);
+    }
+}
+
+// With a limit of 5000 the pieces are long enough to be split (pieces of at least 2048 elements
+// each, docs/expressions.md): outputs of 4500 a piece each, split 3 ways and combined within the
+// piece; outputs of 12000 in pieces of 4992, 4992 and 2016 elements, split 3, 3 and 1 ways, all 7
+// partials of an output combined by the last launch.
+TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][pieces]") {
+    const ops::detail::PieceLimitForTesting limit(5000);
+    auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
+    auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
+    auto launches = [](auto&& run) {
+        const auto before = testing::launch_count();
+        run();
+        return testing::launch_count() - before;
+    };
+    for (const std::int64_t k : {4500, 12000}) {
+        auto x = random_input<float>({2, k}, std::uint64_t(k));
+        check_reduction("sum", x, {1}, false, [](const auto& t, const Axes& a, bool kd) { return sum(t, a, kd); }, sum_of, sum_tol);
+        check_reduction("argmax", x, {1}, false, [](const auto& t, const Axes& a, bool kd) { return argmax(t, a, kd); }, first_max,
+                        [](const auto&) { return 0.0; });
+        check_reduction("var", x, {1}, false, [](const auto& t, const Axes& a, bool kd) { return var(t, a, 1, kd); },
+                        [](const auto& v) { return variance(v, 1); }, [](const auto& v) { return 200 * 6e-8 * 20 * variance(v, 0) + 1e-12; });
+        // 4500: a piece per output, each a split launch and its combination; 12000: 3 pieces per output and the combination.
+        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev, {1}); }) == (k == 4500 ? 2 * 2 : 2 * 3 + 1));
     }
 }
 

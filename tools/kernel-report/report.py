@@ -407,7 +407,8 @@ def fmt_loop(loop):
 
 
 # The hot-loop table keeps to the element types the benchmarks measure and to 32-bit indexing (the
-# 64-bit variants serve tensors of 2^31 elements and more); the JSON has every instantiation.
+# copy kernels' 64-bit variants serve tensors of 2^31 elements and more; element-wise and reduction
+# kernels have none: the host launches such tensors in pieces); the JSON has every instantiation.
 REPORTED_ELEMENTS = {"float", "__nv_bfloat16", "unsigned char", "unsigned short", "unsigned int"}
 
 

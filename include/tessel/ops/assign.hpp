@@ -240,7 +240,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     bool vector = contiguous && V > 1 && detail::aligned(out_.data(), V * sizeof(Out));
     for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || detail::aligned(l.data, V * l.element_size));
 
-    // One launch per piece (one in all below 2^31 elements): the operands' pointers moved to the
+    // One launch per piece (one in all up to 2^31 - 16 elements): the operands' pointers moved to the
     // piece's first element; a piece of a flat iteration starts on a multiple of 16 elements, so the
     // alignment found above holds for every piece.
     std::vector<const void*> first(leaves.size());

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "../core/error.hpp"
 #include "../tensor/layout.hpp"
 
 namespace tessel::ops::detail {
@@ -26,7 +27,11 @@ inline std::atomic<std::int64_t> piece_limit{max_piece_elements};
 // Sets the piece limit for its lifetime (a test hook; not thread-safe against running launches).
 class PieceLimitForTesting {
 public:
-    explicit PieceLimitForTesting(std::int64_t elements) : saved_(piece_limit.exchange(elements)) {}
+    explicit PieceLimitForTesting(std::int64_t elements) : saved_(piece_limit.load()) {
+        require(elements >= 16 && elements <= max_piece_elements, "PieceLimitForTesting: ", elements,
+                " elements; the piece limit must be in [16, 2^31 - 16] (a piece of a flat iteration is a multiple of 16)");
+        piece_limit.store(elements);
+    }
     ~PieceLimitForTesting() { piece_limit.store(saved_); }
     PieceLimitForTesting(const PieceLimitForTesting&) = delete;
     PieceLimitForTesting& operator=(const PieceLimitForTesting&) = delete;

@@ -163,8 +163,10 @@ void launch_reduction(const Src& src, const Op& op, bool columns, std::int64_t M
 }
 
 // The launches of a reduction over its iteration ordered kept dims first, [kept..., reduced...]:
-// one below 2^31 elements; else pieces (ops/pieces.hpp) of whole outputs while one output's K
-// elements fit in a piece, or pieces inside one output when they do not.
+// one up to the piece limit (2^31 - 16 elements); else pieces (ops/pieces.hpp) of whole outputs
+// while one output's K elements fit in a piece, or pieces inside one output when they do not.
+// Each piece of whole outputs is split for its own outputs (split_for), so a piece of few long
+// outputs still fills the GPU; one piece is split exactly as the whole reduction was.
 struct ReductionPiece {
     Piece box;                  // in the ordered iteration
     std::int64_t first_output;  // flat index of the box's first output
@@ -270,22 +272,26 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
     bool vector = !columns && V > 1 && inner_shape.size() == 1 && inner_strides[0] == 1 && K % V == 0 && aligned(x.data(), 16);
     for (int d = 0; vector && d < outer_strides.size(); ++d) vector = outer_strides[d] % V == 0;
-    const Splitting sp = split_for(M, K, columns, vector ? V : 1);
 
-    // Kept dims then reduced dims: a piece's source starts at its box's first element.
-    Shape ordered_strides = outer_strides;
-    for (auto st : inner_strides) ordered_strides.push_back(st);
-    const ReductionPieces r = reduction_pieces(outer_shape, inner_shape, K, piece_limit.load(std::memory_order_relaxed));
+    // The pieces' iteration: the merged kept dims, then the merged reduced dims, each without the
+    // [1] that merge_dims gives a side with no dims (a full reduction of a rank-8 tensor would
+    // otherwise have 9); a piece's source starts at its box's first element.
+    auto dims_of = [](const Shape& merged) { return merged.size() == 1 && merged[0] == 1 ? Shape{} : merged; };
+    const Shape kept = dims_of(outer_shape), reduced = dims_of(inner_shape);
+    Shape ordered_strides;
+    for (int d = 0; d < kept.size(); ++d) ordered_strides.push_back(outer_strides[d]);
+    for (int d = 0; d < reduced.size(); ++d) ordered_strides.push_back(inner_strides[d]);
+    const ReductionPieces r = reduction_pieces(kept, reduced, K, piece_limit.load(std::memory_order_relaxed));
     using I = std::uint32_t;
     auto with_source = [&](const ReductionPiece& p, auto&& f) {
         kernels::TensorSource<T, I> src{x.data() + offset_of(p.box.origin, ordered_strides),
                                         {outer_shape.size(), inner_shape.size(), {}, {}, {}, {}}};
         for (int d = 0; d < outer_shape.size(); ++d) {
-            src.ix.outer_shape[d] = Divisor<I>::of(I(p.box.shape[d]));
+            src.ix.outer_shape[d] = Divisor<I>::of(I(kept.empty() ? 1 : p.box.shape[d]));
             src.ix.outer_stride[d] = outer_strides[d];
         }
         for (int d = 0; d < inner_shape.size(); ++d) {
-            src.ix.inner_shape[d] = Divisor<I>::of(I(p.box.shape[outer_shape.size() + d]));
+            src.ix.inner_shape[d] = Divisor<I>::of(I(reduced.empty() ? 1 : p.box.shape[kept.size() + d]));
             src.ix.inner_stride[d] = inner_strides[d];
         }
         f(src);
@@ -295,8 +301,8 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
         if (!r.whole_outputs) return reduce_long_outputs<W, Op, I>(r, op, M, K, device, stream, site, out.data(), with_source);
         for (const ReductionPiece& p : r.pieces)
             with_source(p, [&](const auto& src) {
-                launch_reduction<W, Op, kernels::TensorSource<T, I>, I>(src, op, columns, p.outputs, K, sp, device, stream, site,
-                                                                     out.data() + p.first_output);
+                launch_reduction<W, Op, kernels::TensorSource<T, I>, I>(src, op, columns, p.outputs, K, split_for(p.outputs, K, columns, W),
+                                                                     device, stream, site, out.data() + p.first_output);
             });
     };
     if (vector) go.template operator()<V>();
@@ -341,7 +347,6 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     static_assert(sizeof(kernels::ExpressionSource<D, Lowered, I, false>) + sizeof(Op) + 4 * 8 + 2 * 8 <= kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
-    const Splitting sp = split_for(M, K, false, 1);
     Shape kept_shape, reduced_shape;
     for (int d : plan.kept) kept_shape.push_back(shape[d]);
     for (int d : plan.reduced) reduced_shape.push_back(shape[d]);
@@ -371,7 +376,8 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
         for (const ReductionPiece& p : r.pieces)
             with_source(p, [&](const auto& src) {
                 using Src = std::remove_cvref_t<decltype(src)>;
-                launch_reduction<1, Op, Src, I>(src, op, false, p.outputs, K, sp, device, stream, site, out.data() + p.first_output);
+                launch_reduction<1, Op, Src, I>(src, op, false, p.outputs, K, split_for(p.outputs, K, false, 1), device, stream, site,
+                                                out.data() + p.first_output);
             });
     }
     return out;
