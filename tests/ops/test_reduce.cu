@@ -353,8 +353,10 @@ TEST_CASE("column reductions with several items per block", "[ops][reduce]") {
 // (a launch per piece), else pieces inside each output whose partial accumulators one last launch
 // combines (mean divides by the whole K, argmax counts positions from the output's first element,
 // Welford states merge across pieces). Tolerances as in the sweep above (float: 200 ulps of the
-// absolute sum); extremum positions are exact.
-TEST_CASE("reductions over the piece limit run as several launches", "[ops][reduce][pieces]") {
+// absolute sum); extremum positions are exact. Not under ThreadSanitizer: its hundreds of launches
+// took 29 s there, and the pieces are host-side bookkeeping around kernels the race check runs
+// in the tests above.
+TEST_CASE("reductions over the piece limit run as several launches", "[ops][reduce][pieces][slow_under_tsan]") {
     const ops::detail::PieceLimitForTesting limit(1000);
     auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
     auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
@@ -427,8 +429,8 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
 // With a limit of 5000 the pieces are long enough to be split (pieces of at least 2048 elements
 // each, docs/expressions.md): outputs of 4500 a piece each, split 3 ways and combined within the
 // piece; outputs of 12000 in pieces of 4992, 4992 and 2016 elements, split 3, 3 and 1 ways, all 7
-// partials of an output combined by the last launch.
-TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][pieces]") {
+// partials of an output combined by the last launch. Not under ThreadSanitizer (11 s there), as above.
+TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][pieces][slow_under_tsan]") {
     const ops::detail::PieceLimitForTesting limit(5000);
     auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
     auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
