@@ -216,8 +216,9 @@ inline ReductionPieces reduction_pieces(const Shape& kept, const Shape& reduced,
 
 // Outputs of K > the piece limit elements: each piece (inside one output) reduces on the block-wide
 // row kernel into partial accumulators of its output, every output cut alike (so numbered alike),
-// then reduce_partials combines each output's partials in order. with_source(piece, f) calls f
-// with the piece's source.
+// then reduce_partials combines each output's partials in order. Argmax and argmin count positions
+// from the piece's first element and move them by index_base as the partials are written.
+// with_source(piece, f) calls f with the piece's source.
 template <int V, class Op, class I, class WithSource>
 void reduce_long_outputs(const ReductionPieces& r, const Op& op, std::int64_t M, std::int64_t K, Device device, rt::stream_t stream,
                          std::source_location site, typename Op::out_t* out, WithSource&& with_source) {

@@ -80,13 +80,19 @@ template <class T, bool Max>
 struct ArgExtremumReducer {
     using acc_t = ValueIndex<compute_t<T>>;
     using out_t = std::int64_t;
-    // Added to every position: the first element's position when a launch reduces a piece of an
-    // output (one of 2^31 elements or more, ops/pieces.hpp); 0 otherwise.
+    // Where a launch's first element lies in its output: non-zero when the launch reduces a piece
+    // of an output of 2^31 elements or more (ops/pieces.hpp). Positions are counted from the
+    // launch's first element and moved once per partial result (partial()), not per element.
     std::int64_t index_base = 0;
     __host__ __device__ acc_t identity() const {
         return {Max ? lowest_value<T>() : highest_value<T>(), std::numeric_limits<std::int64_t>::max()};
     }
-    __host__ __device__ acc_t load(T x, std::int64_t k) const { return {cast<compute_t<T>>(x), index_base + k}; }
+    __host__ __device__ acc_t load(T x, std::int64_t k) const { return {cast<compute_t<T>>(x), k}; }
+    // A partial result as the combination of the output's partials needs it (the identity's
+    // position stays the largest).
+    __host__ __device__ acc_t partial(acc_t a) const {
+        return {a.value, a.index == std::numeric_limits<std::int64_t>::max() ? a.index : a.index + index_base};
+    }
     __host__ __device__ acc_t combine(acc_t a, acc_t b) const {
         const bool an = is_nan(a.value), bn = is_nan(b.value);
         if (an || bn) return an && (!bn || a.index < b.index) ? a : b;

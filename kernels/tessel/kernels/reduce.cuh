@@ -89,6 +89,14 @@ __device__ A warp_combine(const Op& op, A acc, int width) {
     return acc;
 }
 
+// What a work item writes as a partial result: the op's partial(acc) where it has one (argmax and
+// argmin move their positions from the launch's count to the output's), else the accumulator.
+template <class Op, class A>
+__device__ A partial_result(const Op& op, const A& acc) {
+    if constexpr (requires { op.partial(acc); }) return op.partial(acc);
+    else return acc;
+}
+
 // Threads: 1, 32 or 256 threads per work item (blockDim.x must be 256); 1 is for rows shorter than a
 // warp (argmax over 10 classes), which would otherwise keep 1 or 2 lanes of each warp busy. V: elements per vector load
 // (1, or 16 bytes' worth when the host found every row of a TensorSource contiguous, aligned and a
@@ -131,7 +139,7 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
         }
         if (lane == 0 && item < items) {
             if (partial == nullptr) out[item] = op.finish(acc, std::int64_t(K));
-            else partial[item] = acc;
+            else partial[item] = partial_result(op, acc);
         }
     }
 }
@@ -167,7 +175,7 @@ __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk
             for (int w = 1; w < warps; ++w) acc = op.combine(acc, partials[w][x]);
             if (o < outputs) {
                 if (partial == nullptr) out[o] = op.finish(acc, std::int64_t(K));
-                else partial[o * splits + s] = acc;
+                else partial[o * splits + s] = partial_result(op, acc);
             }
         }
         __syncthreads();  // partials is reused by the next item
