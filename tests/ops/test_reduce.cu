@@ -361,10 +361,12 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
     auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
     auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
     auto exact = [](const auto&) { return 0.0; };
-    auto launches = [](auto&& run) {
+    auto launches = [](auto&& run) {  // the launches of run(), finished before the count is returned
         const auto before = testing::launch_count();
         run();
-        return testing::launch_count() - before;
+        const auto count = testing::launch_count() - before;
+        rt::device_synchronize();
+        return count;
     };
     {  // rows of 129: 7 outputs (903 elements) a piece, one launch each
         auto x = random_input<float>({37, 129}, 41);
@@ -434,10 +436,12 @@ TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][piec
     const ops::detail::PieceLimitForTesting limit(5000);
     auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
     auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
-    auto launches = [](auto&& run) {
+    auto launches = [](auto&& run) {  // the launches of run(), finished before the count is returned
         const auto before = testing::launch_count();
         run();
-        return testing::launch_count() - before;
+        const auto count = testing::launch_count() - before;
+        rt::device_synchronize();
+        return count;
     };
     for (const std::int64_t k : {4500, 12000}) {
         auto x = random_input<float>({2, k}, std::uint64_t(k));
