@@ -348,6 +348,17 @@ TEST_CASE("column reductions with several items per block", "[ops][reduce]") {
     }
 }
 
+// The kernels run() launches, finished before the count is returned (a process that exits with a
+// launch in flight is not what these tests are about).
+template <class F>
+std::uint64_t launches_of(F&& run) {
+    const auto before = testing::launch_count();
+    run();
+    const auto count = testing::launch_count() - before;
+    rt::device_synchronize();
+    return count;
+}
+
 // With the piece limit lowered to 1000 elements (ops/pieces.hpp), reductions run as they would on
 // tensors of 2^31 elements or more: pieces of whole outputs while an output's elements fit in one
 // (a launch per piece), else pieces inside each output whose partial accumulators one last launch
@@ -361,18 +372,11 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
     auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
     auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
     auto exact = [](const auto&) { return 0.0; };
-    auto launches = [](auto&& run) {  // the launches of run(), finished before the count is returned
-        const auto before = testing::launch_count();
-        run();
-        const auto count = testing::launch_count() - before;
-        rt::device_synchronize();
-        return count;
-    };
     {  // rows of 129: 7 outputs (903 elements) a piece, one launch each
         auto x = random_input<float>({37, 129}, 41);
         check_reduction("sum of rows", x, {1}, false, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, sum_tol);
         check_reduction("argmax of rows", x, {1}, true, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max, exact);
-        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev, {1}); }) == (37 + 6) / 7);
+        if (backend == Backend::sim) CHECK(launches_of([&] { (void)sum(x.dev, {1}); }) == (37 + 6) / 7);
     }
     {  // columns of 129 over two kept dims [3, 13] that do not merge (rows of 16): 7 columns a piece
         auto base = random_input<float>({129, 3, 16}, 42);
@@ -389,7 +393,7 @@ TEST_CASE("reductions over the piece limit run as several launches", "[ops][redu
         check_reduction("var", x, {}, false, [](const auto& t, const Axes& a, bool k) { return var(t, a, 1, k); },
                         [](const auto& v) { return variance(v, 1); }, [](const auto& v) { return 200 * 6e-8 * 20 * variance(v, 0) + 1e-12; });
         check_reduction("argmax", x, {}, false, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_max, exact);
-        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev); }) == (4100 + 991) / 992 + 1);
+        if (backend == Backend::sim) CHECK(launches_of([&] { (void)sum(x.dev); }) == (4100 + 991) / 992 + 1);
     }
     {  // three outputs of 3000 bf16 (8 to a vector), and their columns' transpose (strided rows)
         auto x = random_input<__nv_bfloat16>({3, 3000}, 44);
@@ -436,13 +440,6 @@ TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][piec
     const ops::detail::PieceLimitForTesting limit(5000);
     auto sum_tol = [](const std::vector<double>& v) { return 200 * 6e-8 * abs_sum(v) + 1e-30; };
     auto first_max = [](const auto& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); };
-    auto launches = [](auto&& run) {  // the launches of run(), finished before the count is returned
-        const auto before = testing::launch_count();
-        run();
-        const auto count = testing::launch_count() - before;
-        rt::device_synchronize();
-        return count;
-    };
     for (const std::int64_t k : {4500, 12000}) {
         auto x = random_input<float>({2, k}, std::uint64_t(k));
         check_reduction("sum", x, {1}, false, [](const auto& t, const Axes& a, bool kd) { return sum(t, a, kd); }, sum_of, sum_tol);
@@ -451,7 +448,7 @@ TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][piec
         check_reduction("var", x, {1}, false, [](const auto& t, const Axes& a, bool kd) { return var(t, a, 1, kd); },
                         [](const auto& v) { return variance(v, 1); }, [](const auto& v) { return 200 * 6e-8 * 20 * variance(v, 0) + 1e-12; });
         // 4500: a piece per output, each a split launch and its combination; 12000: 3 pieces per output and the combination.
-        if (backend == Backend::sim) CHECK(launches([&] { (void)sum(x.dev, {1}); }) == (k == 4500 ? 2 * 2 : 2 * 3 + 1));
+        if (backend == Backend::sim) CHECK(launches_of([&] { (void)sum(x.dev, {1}); }) == (k == 4500 ? 2 * 2 : 2 * 3 + 1));
     }
 }
 
