@@ -243,12 +243,14 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     // One launch per piece (one in all up to 2^31 - 16 elements): the operands' pointers moved to the
     // piece's first element; a piece of a flat iteration starts on a multiple of 16 elements, so the
     // alignment found above holds for every piece.
-    std::vector<const void*> first(leaves.size());
-    for (std::size_t k = 0; k < leaves.size(); ++k) first[k] = leaves[k].data;
+    // (The first pointers are kept only when there is more than one piece: no allocation otherwise.)
+    std::vector<const void*> first;
+    if (out_.numel() > limit)
+        for (const LeafPlan& l : leaves) first.push_back(l.data);
     using I = std::uint32_t;
     DeviceGuard guard(device);
     detail::for_each_piece(it.shape, limit, [&](const detail::Piece& p) {
-        for (std::size_t k = 0; k < leaves.size(); ++k)
+        for (std::size_t k = 0; k < first.size(); ++k)
             leaves[k].data = static_cast<const char*>(first[k]) + detail::offset_of(p.origin, leaves[k].strides) * std::int64_t(leaves[k].element_size);
         Out* const o = out_.data() + detail::offset_of(p.origin, it.out_strides);
         const LeafPlan* next = leaves.data();

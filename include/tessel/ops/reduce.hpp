@@ -355,7 +355,10 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     // A piece's source: the operands moved to its box's first element and the box's dims coalesced;
     // element j of its output o is flat element o * p.k + j of that iteration.
     auto with_source = [&](const ReductionPiece& p, auto&& f) {
-        std::vector<LeafPlan> moved = leaves;
+        // One piece (below the limit): the plans themselves, coalesced in place; no copy on this path.
+        std::vector<LeafPlan> copy;
+        if (r.pieces.size() > 1) copy = leaves;
+        std::vector<LeafPlan>& moved = r.pieces.size() > 1 ? copy : leaves;
         for (LeafPlan& l : moved) l.data = static_cast<const char*>(l.data) + offset_of(p.box.origin, l.strides) * std::int64_t(l.element_size);
         const Iteration it = coalesce(p.box.shape, Layout::contiguous(p.box.shape).strides, moved);
         const LeafPlan* next = moved.data();
