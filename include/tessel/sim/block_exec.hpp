@@ -249,6 +249,7 @@ public:
     FiberExecutor() : stacks_(config().fiber_stack_bytes) {}
 
     void run_block(const LaunchSpec& launch, uint3 block_idx, ClusterState* cluster = nullptr, unsigned rank = 0) override {
+        const WorkerFramesRoot frames;  // LeakSanitizer keeps seeing this worker's stack
         launch_ = &launch;
         detail::init_threads(threads_, launch.block);
         const unsigned n = unsigned(threads_.size());
