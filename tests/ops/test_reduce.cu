@@ -19,7 +19,6 @@
 #include "../support/random_tensor.hpp"
 
 using namespace tessel;
-using reference::at;
 using reference::for_each_index;
 
 namespace {
@@ -48,20 +47,31 @@ Plan plan_for(const Shape& in, std::vector<int> axes, bool keepdim) {
     return p;
 }
 
-// Calls f(out_flat_index, values in reduction order) for every output.
+// Calls f(out_flat_index, values in reduction order) for every output. The reduced elements lie at
+// the same offsets from each output's first element, so those offsets are listed once (the sweeps'
+// references took half their time under ASan when every element built an index vector).
 template <class T, class F>
 void for_each_output(const Tensor<T>& h, const Plan& p, F&& f) {
-    Shape kept, red;
-    for (int d = 0; d < h.dim(); ++d) (p.reduced[std::size_t(d)] ? red : kept).push_back(h.shape()[d]);
+    const Layout& l = h.layout();
+    Shape kept, red, kept_strides, red_strides;
+    for (int d = 0; d < h.dim(); ++d) {
+        const bool r = p.reduced[std::size_t(d)];
+        (r ? red : kept).push_back(h.shape()[d]);
+        (r ? red_strides : kept_strides).push_back(l.strides[d]);
+    }
+    auto offset = [](const std::vector<std::int64_t>& idx, const Shape& strides) {
+        std::int64_t o = 0;
+        for (std::size_t d = 0; d < idx.size(); ++d) o += idx[d] * strides[int(d)];
+        return o;
+    };
+    std::vector<std::int64_t> red_offsets;
+    for_each_index(red, [&](const std::vector<std::int64_t>& ri) { red_offsets.push_back(offset(ri, red_strides)); });
+    const T* base = static_cast<const T*>(h.storage()->data()) + l.offset;
+    std::vector<double> vals(red_offsets.size());
     std::int64_t o = 0;
     for_each_index(kept, [&](const std::vector<std::int64_t>& ki) {
-        std::vector<double> vals;
-        for_each_index(red, [&](const std::vector<std::int64_t>& ri) {
-            std::vector<std::int64_t> idx(std::size_t(h.dim()));
-            std::size_t a = 0, b = 0;
-            for (int d = 0; d < h.dim(); ++d) idx[std::size_t(d)] = p.reduced[std::size_t(d)] ? ri[b++] : ki[a++];
-            vals.push_back(convert<double>(at(h, idx)));
-        });
+        const T* first = base + offset(ki, kept_strides);
+        for (std::size_t i = 0; i < red_offsets.size(); ++i) vals[i] = convert<double>(first[red_offsets[i]]);
         f(o++, vals);
     });
 }
