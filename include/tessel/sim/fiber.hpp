@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <vector>
 
@@ -111,11 +112,15 @@ class WorkerFramesRoot {
 public:
 #if defined(TESSEL_SIM_ASAN)
     // Not inlined: its frame lies below every frame of the caller, so the region covers them all.
-    [[gnu::noinline]] WorkerFramesRoot()
-        : begin_(static_cast<char*>(__builtin_frame_address(0))), size_(std::size_t(thread_stack_top() - begin_)) {
-        __lsan_register_root_region(begin_, size_);
+    // (A thread whose stack bounds cannot be read registers nothing.)
+    [[gnu::noinline]] WorkerFramesRoot() : begin_(static_cast<char*>(__builtin_frame_address(0))) {
+        const auto top = reinterpret_cast<std::uintptr_t>(thread_stack_top()), here = reinterpret_cast<std::uintptr_t>(begin_);
+        size_ = top > here ? std::size_t(top - here) : 0;
+        if (size_) __lsan_register_root_region(begin_, size_);
     }
-    ~WorkerFramesRoot() { __lsan_unregister_root_region(begin_, size_); }
+    ~WorkerFramesRoot() {
+        if (size_) __lsan_unregister_root_region(begin_, size_);
+    }
     WorkerFramesRoot(const WorkerFramesRoot&) = delete;
     WorkerFramesRoot& operator=(const WorkerFramesRoot&) = delete;
 
@@ -129,12 +134,12 @@ private:
                 pthread_attr_getstack(&attr, &lowest, &size);
                 pthread_attr_destroy(&attr);
             }
-            return static_cast<char*>(lowest) + size;
+            return lowest ? static_cast<char*>(lowest) + size : nullptr;
         }();
         return top;
     }
     char* begin_;
-    std::size_t size_;
+    std::size_t size_ = 0;
 #endif
 };
 
