@@ -32,7 +32,7 @@ Input<T> random_input(const Shape& s, std::uint64_t seed, double lo = -1, double
     return testing::random_pair<T>(s, seed, lo, hi);
 }
 
-// The reduced shape and, per output index, the input indices it covers in row-major order.
+// The reduced shape, and which input dims are reduced.
 struct Plan {
     Shape out_shape;
     std::vector<bool> reduced;
@@ -66,12 +66,12 @@ void for_each_output(const Tensor<T>& h, const Plan& p, F&& f) {
     };
     std::vector<std::int64_t> red_offsets;
     for_each_index(red, [&](const std::vector<std::int64_t>& ri) { red_offsets.push_back(offset(ri, red_strides)); });
-    const T* base = static_cast<const T*>(h.storage()->data()) + l.offset;
+    const T* data = static_cast<const T*>(h.storage()->data());
     std::vector<double> vals(red_offsets.size());
     std::int64_t o = 0;
     for_each_index(kept, [&](const std::vector<std::int64_t>& ki) {
-        const T* first = base + offset(ki, kept_strides);
-        for (std::size_t i = 0; i < red_offsets.size(); ++i) vals[i] = convert<double>(first[red_offsets[i]]);
+        const std::int64_t first = l.offset + offset(ki, kept_strides);
+        for (std::size_t i = 0; i < red_offsets.size(); ++i) vals[i] = convert<double>(data[first + red_offsets[i]]);
         f(o++, vals);
     });
 }

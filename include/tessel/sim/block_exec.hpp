@@ -249,7 +249,6 @@ public:
     FiberExecutor() : stacks_(config().fiber_stack_bytes) {}
 
     void run_block(const LaunchSpec& launch, uint3 block_idx, ClusterState* cluster = nullptr, unsigned rank = 0) override {
-        const WorkerFramesRoot frames;  // LeakSanitizer keeps seeing this worker's stack
         launch_ = &launch;
         detail::init_threads(threads_, launch.block);
         const unsigned n = unsigned(threads_.size());
@@ -268,8 +267,10 @@ public:
         plain_pos_ = 0;
         fault_ = nullptr;
         ready_.clear();
-        detail::DynamicSmem smem(cluster ? 0 : launch.dynamic_smem);
-        BlockContext bc{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem.p, this, cluster, launch.cluster,
+        // A member, as the stream's running task is (CUstream_st::running_), so that LeakSanitizer
+        // finds it while this worker is on a fiber stack.
+        smem_ = std::make_unique<detail::DynamicSmem>(cluster ? 0 : launch.dynamic_smem);
+        BlockContext bc{block_idx, launch.block, launch.grid, cluster ? cluster->smem(rank) : smem_->p, this, cluster, launch.cluster,
                         launch.dynamic_smem};
         BlockContext* const saved_block = detail::tl_block;
         detail::tl_block = &bc;
@@ -307,6 +308,7 @@ public:
             if (t.stack.base && t.state != ThreadState::exited) stacks_.release(t.stack), t.stack = {};
         detail::tl_block = saved_block;
         detail::tl_thread = nullptr;
+        smem_.reset();
         if (fault_) std::rethrow_exception(fault_);
     }
 
@@ -438,6 +440,7 @@ private:
 
     StackPool stacks_;
     SwitchAnnotations asan_;
+    std::unique_ptr<detail::DynamicSmem> smem_;  // the running block's
     std::vector<SimThread> threads_;
     BlockSync sync_;
     std::vector<unsigned> order_, released_;

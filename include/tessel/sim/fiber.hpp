@@ -3,12 +3,10 @@
 #pragma once
 
 #include <boost/context/detail/fcontext.hpp>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
-#include <cstdint>
 #include <new>
 #include <vector>
 
@@ -23,7 +21,6 @@
 #if defined(TESSEL_SIM_ASAN)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#include <sanitizer/lsan_interface.h>
 #endif
 
 namespace tessel::sim {
@@ -100,46 +97,6 @@ struct SwitchAnnotations {
     void returned() {}
     void arrived(void*) {}
     void leaving(void**) {}
-#endif
-};
-
-// Keeps the worker's own frames visible to LeakSanitizer while it runs a block. Once the worker has
-// switched onto a fiber, AddressSanitizer gives the fiber's stack as the thread's, and LSan scans
-// only that: if the process exits with a kernel running (a program may return from main without
-// synchronising), what only the worker's frames hold (the stream's running task, the block's
-// dynamic shared memory) would be reported as leaked. Made on the worker's stack for one block.
-class WorkerFramesRoot {
-public:
-#if defined(TESSEL_SIM_ASAN)
-    // Not inlined: its frame lies below every frame of the caller, so the region covers them all.
-    // (A thread whose stack bounds cannot be read registers nothing.)
-    [[gnu::noinline]] WorkerFramesRoot() : begin_(static_cast<char*>(__builtin_frame_address(0))) {
-        const auto top = reinterpret_cast<std::uintptr_t>(thread_stack_top()), here = reinterpret_cast<std::uintptr_t>(begin_);
-        size_ = top > here ? std::size_t(top - here) : 0;
-        if (size_) __lsan_register_root_region(begin_, size_);
-    }
-    ~WorkerFramesRoot() {
-        if (size_) __lsan_unregister_root_region(begin_, size_);
-    }
-    WorkerFramesRoot(const WorkerFramesRoot&) = delete;
-    WorkerFramesRoot& operator=(const WorkerFramesRoot&) = delete;
-
-private:
-    static char* thread_stack_top() {
-        static thread_local char* top = [] {
-            pthread_attr_t attr;
-            void* lowest = nullptr;
-            std::size_t size = 0;
-            if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-                pthread_attr_getstack(&attr, &lowest, &size);
-                pthread_attr_destroy(&attr);
-            }
-            return lowest ? static_cast<char*>(lowest) + size : nullptr;
-        }();
-        return top;
-    }
-    char* begin_;
-    std::size_t size_ = 0;
 #endif
 };
 

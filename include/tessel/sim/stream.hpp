@@ -99,22 +99,29 @@ struct CUstream_st {
     }
 
 private:
+    // The task being run, a member rather than a local of run(): while the task runs a kernel, the
+    // worker is on a block's fiber stack, and LeakSanitizer scans that instead of the worker's own,
+    // so a process exiting with a kernel running would otherwise report the launch as leaked.
+    // Only the worker touches it.
+    Task running_{};
+
     void run() {
         std::unique_lock lk(m);
         for (;;) {
             cv.wait(lk, [&] { return stop || !queue.empty(); });
             if (queue.empty()) return;
-            Task task = std::move(queue.front());
+            running_ = std::move(queue.front());
             queue.pop_front();
             lk.unlock();
-            if (std::atomic<std::uint64_t>* counter = task.busy ? tessel::sim::busy_ns(device) : nullptr) {
+            if (std::atomic<std::uint64_t>* counter = running_.busy ? tessel::sim::busy_ns(device) : nullptr) {
                 const auto t0 = std::chrono::steady_clock::now();
-                task.run();
+                running_.run();
                 counter->fetch_add(std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()),
                                    std::memory_order_relaxed);
             } else {
-                task.run();
+                running_.run();
             }
+            running_ = Task{};  // what the task held is released before its completion is seen
             lk.lock();
             ++completed;
             cv.notify_all();
