@@ -1,5 +1,5 @@
 // Element-wise expressions: d = a * b + c in fp32 and bf16 (bf16 computed in float), and the fp32 ->
-// bf16 cast, as GB/s (bytes read + written) and % of the device copy bandwidth measured in the same
+// bf16 cast (as an expression into an existing tensor, and as Tensor::to<U>()), as GB/s (bytes read + written) and % of the device copy bandwidth measured in the same
 // run. On the CUDA build the same work through CUB's DeviceTransform is the vendor comparison
 // (BM_fma/cub/...). GPU: 256 MiB per fp32 operand (1 GiB moved per fp32 a*b+c); sim: 4 MiB, a
 // smoke test whose times are CPU times.
@@ -82,6 +82,24 @@ void BM_cast_f32_bf16(benchmark::State& state) {
     tessel::bench::report_error(state, worst, 1.0 / 256);
 }
 
+// The same conversion as Tensor::to<U>() spells it: a new tensor from the caching allocator and one
+// convert kernel (16-byte loads and 8-byte stores), as torch's x.to(torch.bfloat16).
+void BM_to_bf16(benchmark::State& state) {
+    const std::int64_t n = elements();
+    auto x = tessel::bench::random_tensor<float>({n}, 4);
+    tessel::Tensor<__nv_bfloat16> y;
+    tessel::Stream s = tessel::current_stream();
+    tessel::bench::time_region(state, s, [&] { y = x.to<__nv_bfloat16>(); });
+    tessel::bench::report_bytes(state, 6.0 * double(n));
+    const auto xv = x.to_vector();
+    const auto yv = y.to_vector();
+    double worst = 0;
+    for (std::size_t i = 0; i < yv.size(); i += 97)
+        worst = std::max(worst, std::fabs(double(float(yv[i])) - double(xv[i])) / std::max(std::fabs(double(xv[i])), 1e-3));
+    tessel::bench::report_error(state, worst, 1.0 / 256);
+    state.SetLabel(std::to_string(n) + " elements, fp32 -> bf16");
+}
+
 // The host time of one small assignment (checks, lowering, dispatch, launch) per call, without the
 // device work: `d = a * b + c` on 4097 elements and the bias add `y = x + bias` ([33, 129] + [129],
 // evaluate_rows). What a chain of small ops pays per op; matmul's is BM_matmul_host_overhead.
@@ -127,3 +145,4 @@ const bool registered = [] {
     return true;
 }();
 BENCHMARK(BM_cast_f32_bf16)->UseManualTime();
+BENCHMARK(BM_to_bf16)->Name("BM_to_bf16/f32")->UseManualTime();

@@ -63,6 +63,8 @@ def problems():
                     lambda a, b, c: torch.addcmul(c, a, b), lambda a, b, c: a.double() * b.double() + c.double()))
     out.append(("BM_cast_f32_bf16/{impl}/manual_time", 6.0 * n, lambda: (randn(n),), lambda x: x.to(torch.bfloat16),
                 lambda x: x.double()))
+    out.append(("BM_to_bf16/{impl}/f32/manual_time", 6.0 * n, lambda: (randn(n),), lambda x: x.to(torch.bfloat16),
+                lambda x: x.double()))
     s = 1 << 28
     out.append(("BM_sum/{impl}/f32/manual_time", 4.0 * s, lambda: (randn(s),), lambda x: x.sum(), lambda x: x.double().sum()))
     r = c = 16384

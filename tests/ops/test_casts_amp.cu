@@ -6,9 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <random>
+#include <tuple>
 
 #include <tessel/ops/amp.hpp>
+#include <tessel/ops/copy.hpp>
 #include <tessel/ops/quantize.hpp>
 
 #include "../support/device_array.hpp"
@@ -107,6 +111,167 @@ unsigned found_with(const std::vector<Tensor<T>>& grads, std::size_t k, std::siz
     return found;
 }
 
+// ---- to<U>(): every pair of dtypes ------------------------------------------------------------
+
+// The exact value of an element as a double, through the vendor's own conversions (cuda_fp16.h,
+// cuda_bf16.h, cuda_fp8.h), not tessel's; a bool's byte as 0 or 1, or 2 when it is neither.
+template <class T>
+double exact_value(const T& x) {
+    if constexpr (std::is_same_v<T, bool>) {
+        std::uint8_t byte = 0;
+        std::memcpy(&byte, &x, 1);
+        return byte > 1 ? 2.0 : double(byte);
+    } else if constexpr (std::is_same_v<T, __half>) return double(__half2float(x));
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return double(__bfloat162float(x));
+    else if constexpr (std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>) return double(float(x));
+    else return double(x);
+}
+
+// Values of T exactly representable as doubles: random ones over T's range (floating: magnitudes
+// 2^-30 to 2^40 and beyond the integer types), and edges: zeros, halves, the integer types' bounds,
+// the reduced formats' ties and overflows, NaN and infinities.
+template <class T>
+Tensor<T> to_test_values(std::size_t n, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::deque<T> v;  // not std::vector: vector<bool> has no data()
+    if constexpr (std::is_same_v<T, bool>) {
+        for (std::size_t i = 0; i < n; ++i) v.push_back(rng() % 2 == 1);
+    } else if constexpr (std::is_integral_v<T>) {
+        const bool wide = sizeof(T) == 8;  // int64: 41-bit values (exact in double, not all in float), and a few edges
+        for (std::size_t i = 0; i < n; ++i)
+            v.push_back(wide ? T(std::int64_t(rng() % (std::uint64_t(1) << 41)) - (std::int64_t(1) << 40)) : T(rng()));
+        v.push_back(std::numeric_limits<T>::lowest());
+        v.push_back(std::numeric_limits<T>::max() - T(wide ? 1023 : 0));  // int64: 2^63 - 1024, exact in double
+        if constexpr (sizeof(T) == 8) {
+            for (std::int64_t e : {std::int64_t(1) << 62, (std::int64_t(1) << 40) + 1, -((std::int64_t(1) << 53) + 2), std::int64_t(128),
+                                   std::int64_t(-129), std::int64_t(256)})
+                v.push_back(T(e));
+        }
+    } else {
+        std::uniform_real_distribution<double> u(0, 1), e(-30, 40);
+        std::vector<double> d;
+        for (std::size_t i = 0; i < n; ++i) d.push_back((u(rng) < 0.5 ? -1 : 1) * std::exp2(e(rng)) * (1 + u(rng)));
+        for (double x : {0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 127.5, 128.0, 255.9, 256.0, -129.0, 3e9, -3e9, 1e10, 1e19, -1e19, 65519.0,
+                         65520.0, 464.0, 1e6, 1.0 + 0x1p-11, 1.0 + 0x1p-8, 1.0 + 0x1p-24 + 0x1p-50, 1e300, -1e300, 3.5e38,
+                         double(std::numeric_limits<float>::quiet_NaN()), HUGE_VAL, -HUGE_VAL})
+            d.push_back(x);
+        for (double x : d) {
+            // Beyond float's range a double -> float conversion is undefined in C++: the narrower
+            // types take those as infinities.
+            if (sizeof(T) < 8 && std::isfinite(x) && std::fabs(x) > double(std::numeric_limits<float>::max())) x = std::copysign(HUGE_VAL, x);
+            v.push_back(testing::from_double<T>(x));
+        }
+    }
+    Tensor<T> t = empty<T>({std::int64_t(v.size())}, {.space = MemorySpace::host});
+    std::copy(v.begin(), v.end(), t.data());
+    return t;
+}
+
+// Rounds x to nearest even in a format (round_format above), with infinities kept, or saturated
+// to the largest finite value for the fp8 formats.
+double round_to(double x, int mant, int min_exp, double max_finite, bool saturate) {
+    if (std::isinf(x)) return saturate ? std::copysign(max_finite, x) : x;
+    return round_format(x, mant, min_exp, max_finite, saturate);
+}
+
+// What converting the exact value x (of a floating source type or not) to U gives, written from
+// the rules in docs/expressions.md: reduced floats round through float32, floating to integer
+// truncates and saturates with NaN as 0, integers wrap to narrower integers, bool is x != 0.
+template <class U>
+double expected_conversion(double x, bool floating_source) {
+    const auto f32 = [](double y) { return round_to(y, 23, -126, double(std::numeric_limits<float>::max()), false); };
+    if constexpr (std::is_same_v<U, bool>) return x != 0 ? 1 : 0;  // NaN != 0
+    else if constexpr (std::is_same_v<U, double>) return x;
+    else if constexpr (std::is_same_v<U, float>) return f32(x);
+    else if constexpr (std::is_same_v<U, __half>) return round_to(f32(x), 10, -14, 65504, false);
+    else if constexpr (std::is_same_v<U, __nv_bfloat16>) return round_to(f32(x), 7, -126, 0x1.fep127, false);
+    else if constexpr (std::is_same_v<U, __nv_fp8_e4m3>) return round_to(f32(x), 3, -6, 448, true);
+    else if constexpr (std::is_same_v<U, __nv_fp8_e5m2>) return round_to(f32(x), 2, -14, 57344, true);
+    else if (floating_source) {
+        if (std::isnan(x)) return 0;
+        return std::clamp(std::trunc(x), double(std::numeric_limits<U>::lowest()), double(std::numeric_limits<U>::max()));
+    } else if constexpr (sizeof(U) == 8) {  // int64 from an integer: the value itself
+        return x;
+    } else {  // two's complement wrap to the low bits
+        constexpr unsigned bits = 8 * sizeof(U);
+        const std::uint64_t low = std::uint64_t(std::int64_t(x)) & ((std::uint64_t(1) << bits) - 1);
+        if (std::is_signed_v<U> && (low >> (bits - 1)) != 0) return double(std::int64_t(low) - (std::int64_t(1) << bits));
+        return double(low);
+    }
+}
+
+// Counts the elements of `got` that differ from the expected conversions of the source values
+// src(0), src(1), ... (host copies of T).
+template <class T, class U, class Src>
+std::size_t wrong_conversions(Src&& src, const Tensor<U>& got) {
+    const Tensor<U> h = got.contiguous().to_host();
+    std::size_t bad = 0;
+    for (std::int64_t i = 0; i < h.numel(); ++i) {
+        const T x = src(i);
+        const double want = expected_conversion<U>(exact_value(x), dtype_traits<T>::is_floating);
+        const double have = exact_value(h.data()[i]);
+        const bool same_sign = !dtype_traits<U>::is_floating || std::signbit(want) == std::signbit(have);  // -0.0 stays -0.0
+        const bool ok = (std::isnan(want) && std::isnan(have)) || (want == have && same_sign);
+        if (!ok && bad++ < 3)
+            WARN(dtype_traits<T>::name << " " << exact_value(x) << " -> " << dtype_traits<U>::name << " " << have << ", expected " << want);
+    }
+    return bad;
+}
+
+// A tensor of U whose next allocation of `n` elements holds `byte` in every byte.
+template <class U>
+void poison_next_with(std::int64_t n, int byte) {
+    Tensor<U> p = empty<U>({n});
+    rt::memset_async(p.data(), byte, std::size_t(n) * sizeof(U), current_stream().handle());
+}
+
+template <class T, class U>
+void check_to_dtype(const Tensor<T>& values) {
+    INFO(dtype_traits<T>::name << " -> " << dtype_traits<U>::name);
+    const std::int64_t n = values.numel();
+    const T* v = values.data();
+    const auto at = [&](std::int64_t offset) { return [=](std::int64_t i) { return v[offset + i]; }; };
+    const Tensor<T> base = values.to(MemorySpace::device);
+    for (int byte : {0xFF, 0x5A}) {  // two poisons: an unwritten element cannot match both
+        INFO("poison " << byte);
+        // Aligned and contiguous: the vector kernel and its tail, one launch.
+        poison_next_with<U>(n, byte);
+        auto before = testing::launch_count();
+        const Tensor<U> whole = base.template to<U>();
+        if (backend == Backend::sim && !std::is_same_v<T, U>) {  // to<T>() is a copy (clone())
+            CHECK(testing::launch_count() - before == 1);
+            CHECK(testing::last_kernel().find("convert") != std::string::npos);
+        }
+        CHECK(whole.shape() == Shape{n});
+        CHECK(whole.space() == MemorySpace::device);
+        CHECK(wrong_conversions<T>(at(0), whole) == 0);
+        // One element in: the element kernel.
+        poison_next_with<U>(n - 1, byte);
+        CHECK(wrong_conversions<T>(at(1), base.narrow(0, 1, n - 1).template to<U>()) == 0);
+    }
+    // A transposed view: gathered, then converted (two launches); the result keeps the view's shape.
+    const std::int64_t rows = 7, cols = (n - 1) / rows;
+    const Tensor<T> t = base.narrow(0, 1, rows * cols).reshape({rows, cols}).transpose(0, 1);
+    auto before = testing::launch_count();
+    const Tensor<U> tu = t.template to<U>();
+    if (backend == Backend::sim) CHECK(testing::launch_count() - before == (std::is_same_v<T, U> ? 1u : 2u));
+    CHECK(tu.shape() == Shape{cols, rows});
+    CHECK(wrong_conversions<T>([&](std::int64_t k) { return v[1 + (k % rows) * cols + k / rows]; }, tu) == 0);
+    // Host memory converts on the host, by the same rules.
+    const Tensor<U> on_host = values.template to<U>();
+    CHECK(on_host.space() == MemorySpace::host);
+    CHECK(wrong_conversions<T>(at(0), on_host) == 0);
+}
+
+template <class T, class... U>
+void check_to_every_dtype(std::tuple<U...>*) {
+    const Tensor<T> values = to_test_values<T>(1000, 11);
+    (check_to_dtype<T, U>(values), ...);
+}
+
+using AllDtypes = std::tuple<double, float, __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2, std::int8_t, std::uint8_t, std::int32_t,
+                             std::int64_t, bool>;
+
 }  // namespace
 
 TEST_CASE("float32 casts round to nearest even; fp8 saturates; NaN stays NaN", "[ops][cast]") {
@@ -127,6 +292,87 @@ TEST_CASE("float to integer casts truncate and saturate; NaN gives 0", "[ops][ca
     (y = cast_to<bool>(b)).run();
     const auto h = y.to_host();
     CHECK((!h({0}) && !h({1}) && h({2}) && h({3})));  // NaN is non-zero, as in C++ and PyTorch
+}
+
+// to<U>() of device tensors: one kernel per conversion (a gather first for a strided view), for
+// every pair of the 11 dtypes, against the rules written out above on ~1030 values of odd count
+// (the vector kernel's tail runs), a view one element in (the element kernel) and a transpose.
+TEMPLATE_TEST_CASE("to<U>() converts device tensors on the device, every pair of dtypes", "[tensor][cast][slow_under_tsan]", double,
+                   float, __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2, std::int8_t, std::uint8_t, std::int32_t, std::int64_t,
+                   bool) {
+    check_to_every_dtype<TestType>(static_cast<AllDtypes*>(nullptr));
+}
+
+// arange() of device memory: one kernel, start + i * step computed in double (no fused multiply-add)
+// and converted by the same rules; odd counts, a negative step, steps that round in the narrow
+// types, on outputs poisoned twice; and the element kernel on an interior (unaligned) range.
+TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]", double, float, __half, __nv_bfloat16, __nv_fp8_e4m3,
+                   __nv_fp8_e5m2, std::int8_t, std::uint8_t, std::int32_t, std::int64_t, bool) {
+    using T = TestType;
+    struct Range {
+        double start, stop, step;
+    };
+    std::vector<Range> ranges = {{0, 2, 1}};
+    if constexpr (!std::is_same_v<T, bool>) ranges.push_back({3, 126, 7});
+    if constexpr (std::is_signed_v<T> || dtype_traits<T>::is_floating) ranges.push_back({100.25, -27, -0.75});
+    if constexpr (dtype_traits<T>::is_floating) ranges.push_back({-1.5, double(testing::large(100003)) * 1e-3, 1e-3});
+    if constexpr (sizeof(T) >= 4 && !dtype_traits<T>::is_floating) ranges.push_back({-5, double(testing::large(1000003)), 1});
+    for (const Range& r : ranges) {
+        const auto n = std::int64_t(std::ceil((r.stop - r.start) / r.step));
+        INFO("arange(" << r.start << ", " << r.stop << ", " << r.step << "): " << n << " elements");
+        for (int byte : {0xFF, 0x5A}) {
+            poison_next_with<T>(n, byte);
+            const auto before = testing::launch_count();
+            const Tensor<T> t = arange<T>(r.start, r.stop, r.step);
+            if (backend == Backend::sim) {
+                CHECK(testing::launch_count() - before == 1);
+                CHECK(testing::last_kernel().find("arange") != std::string::npos);
+            }
+            REQUIRE(t.shape() == Shape{n});
+            const Tensor<T> h = t.to_host();
+            std::size_t bad = 0;
+            for (std::int64_t i = 0; i < n; ++i) {
+                const double want = expected_conversion<T>(r.start + double(i) * r.step, true), have = exact_value(h.data()[i]);
+                if (want != have && bad++ < 3) WARN("element " << i << ": " << have << ", expected " << want);
+            }
+            CHECK(bad == 0);
+        }
+    }
+    // The element kernel: 33 elements one in from an aligned block, whose neighbours keep their poison.
+    Tensor<T> block = empty<T>({40});
+    rt::memset_async(block.data(), 0x5A, 40 * sizeof(T), current_stream().handle());
+    ops::arange_device(block.data() + 1, dtype_of<T>, 33, 0, 1, current_stream().handle(), block.device());
+    const Tensor<T> h = block.to_host();
+    for (std::int64_t i = 0; i < 40; ++i) {
+        INFO("element " << i);
+        const bool inside = i >= 1 && i <= 33;
+        std::uint8_t poison[sizeof(T)];
+        std::memset(poison, 0x5A, sizeof(T));
+        if (inside) CHECK(exact_value(h.data()[i]) == expected_conversion<T>(double(i - 1), true));
+        else CHECK(std::memcmp(h.data() + i, poison, sizeof(T)) == 0);
+    }
+}
+
+// A tensor on another device than the current one converts there, on that device's current stream.
+TEST_CASE("to<U>() and arange run on the tensor's own device", "[.multidevice]") {
+    REQUIRE(device_count() >= 3);
+    const Device other{2};
+    const Tensor<float> x = arange<float>(-2.5, 97, 0.5, {.device = other});
+    CHECK(x.device() == other);
+    const Tensor<__nv_bfloat16> y = x.to<__nv_bfloat16>();
+    CHECK(y.device() == other);
+    const Tensor<std::int8_t> z = x.transpose(0, 0).to<std::int8_t>();
+    CHECK(z.device() == other);
+    const auto yv = y.to_vector();
+    const auto zv = z.to_vector();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < yv.size(); ++i) {
+        const double v = -2.5 + 0.5 * double(i);  // exact in bf16 (at most 8 significant bits) and in float
+        bad += exact_value(yv[i]) != v || double(zv[i]) != std::trunc(v);
+    }
+    CHECK(yv.size() == 199);
+    CHECK(bad == 0);
+    CHECK(current_device().index == 0);
 }
 
 TEST_CASE("int8 quantisation per tensor and per channel", "[ops][quantize]") {

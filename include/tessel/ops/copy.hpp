@@ -1,7 +1,8 @@
 // Strided device views into contiguous device memory on the device: Tensor::contiguous(), clone()
 // and to() of any permuted, sliced or broadcast view of device or managed memory run one kernel
-// (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host; full() and ones()
-// of device memory fill it with a kernel (kernels/tessel/kernels/elementwise.cuh). The runtime
+// (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host; full(), ones(),
+// arange() and to<U>() (a dtype conversion) of device memory run one kernel each
+// (kernels/tessel/kernels/elementwise.cuh). The runtime
 // source (core/linkage.hpp) compiles and registers these kernels once per program, also for
 // host-compiled callers; in a header-only build, any CUDA (or sim) translation unit including this
 // header does. Without them those paths stay correct through the host.
@@ -38,6 +39,12 @@ TESSEL_API void scatter_from_contiguous(const void* src, void* dst_first, const 
 // Sets the n elements of element_size bytes at data to `bits` (its low element_size bytes), queued
 // on `stream` of `device`.
 TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device);
+// Converts the n contiguous elements at src (dtype `from`) into dst (dtype `to`) with ops::cast's
+// rules, queued on `stream` of `device`: one kernel.
+TESSEL_API void convert_device(const void* src, DType from, void* dst, DType to, std::size_t n, rt::stream_t stream, Device device);
+// Writes start + i * step, converted to `dtype`, to the n contiguous elements at data, queued on
+// `stream` of `device`: one kernel.
+TESSEL_API void arange_device(void* data, DType dtype, std::size_t n, double start, double step, rt::stream_t stream, Device device);
 
 // The definitions are compiled once per program where the runtime is compiled separately
 // (core/linkage.hpp): instantiating the kernels for every element width and index type in each
@@ -247,11 +254,54 @@ TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size,
     with_element_word("fill_device", element_size, run);
 }
 
-// Routes Tensor's strided device copies and device fills here (see the top of this file).
+TESSEL_API void convert_device(const void* src, DType from, void* dst, DType to, std::size_t n, rt::stream_t stream, Device device) {
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    // Every pair of the 11 dtypes is a kernel (110 of them, compiled once with the runtime): a
+    // conversion is one load, a few instructions and one store per element, which a runtime switch
+    // on either dtype inside the loop would outweigh.
+    visit_dtype(from, [&]<class From>(From) {
+        visit_dtype(to, [&]<class To>(To) {
+            if constexpr (std::is_same_v<From, To>) {
+                rt::memcpy_async(dst, src, n * sizeof(From), stream);
+            } else {
+                constexpr int V = int(16 / std::min(sizeof(From), sizeof(To)));
+                const auto* s = static_cast<const From*>(src);
+                auto* d = static_cast<To*>(dst);
+                constexpr bool truncating = std::is_integral_v<From> && std::is_integral_v<To> && !std::is_same_v<To, bool> &&
+                                            sizeof(To) < sizeof(From);
+                auto go = [&]<int W>() {
+                    const unsigned blocks = strided_blocks(std::int64_t(n / W + 1), device);
+                    if constexpr (truncating) launch(kernels::convert_truncating<W, From, To>, blocks, dim3(256), 0, stream, s, d, n);
+                    else launch(kernels::convert<W, From, To>, blocks, dim3(256), 0, stream, s, d, n);
+                };
+                if (detail::aligned(src, V * sizeof(From)) && detail::aligned(dst, V * sizeof(To))) go.template operator()<V>();
+                else go.template operator()<1>();
+            }
+        });
+    });
+}
+
+TESSEL_API void arange_device(void* data, DType dtype, std::size_t n, double start, double step, rt::stream_t stream, Device device) {
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    visit_dtype(dtype, [&]<class T>(T) {
+        constexpr int V = int(16 / sizeof(T));
+        auto* out = static_cast<T*>(data);
+        if (detail::aligned(data, 16))
+            launch(kernels::arange<V, T>, strided_blocks(std::int64_t(n / V + 1), device), dim3(256), 0, stream, out, n, start, step);
+        else
+            launch(kernels::arange<1, T>, strided_blocks(std::int64_t(n), device), dim3(256), 0, stream, out, n, start, step);
+    });
+}
+
+// Routes Tensor's strided device copies, fills, conversions and arange here (see the top of this file).
 inline const bool device_gather_registered = [] {
     tessel::detail::device_gather.store(&gather_to_contiguous);
     tessel::detail::device_scatter.store(&scatter_from_contiguous);
     tessel::detail::device_fill.store(&fill_device);
+    tessel::detail::device_convert.store(&convert_device);
+    tessel::detail::device_arange.store(&arange_device);
     return true;
 }();
 #endif  // TESSEL_DEFINE_RUNTIME

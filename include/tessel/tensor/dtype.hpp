@@ -66,6 +66,24 @@ inline constexpr const char* dtype_name(DType d) {  // a C string: prints with %
     }
     return "?";
 }
+// Calls f(T{}) with T the element type of `d` (the dispatch from a runtime dtype to a template).
+template <class F>
+decltype(auto) visit_dtype(DType d, F&& f) {
+    switch (d) {
+        case DType::f64: return f(double{});
+        case DType::f32: return f(float{});
+        case DType::f16: return f(__half{});
+        case DType::bf16: return f(__nv_bfloat16{});
+        case DType::f8_e4m3: return f(__nv_fp8_e4m3{});
+        case DType::f8_e5m2: return f(__nv_fp8_e5m2{});
+        case DType::i8: return f(std::int8_t{});
+        case DType::u8: return f(std::uint8_t{});
+        case DType::i32: return f(std::int32_t{});
+        case DType::i64: return f(std::int64_t{});
+        case DType::boolean: break;
+    }
+    return f(bool{});
+}
 inline constexpr std::size_t dtype_size(DType d) {
     switch (d) {
         case DType::f64:

@@ -14,13 +14,13 @@
 #include <optional>
 #include <ostream>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "../stream/stream.hpp"
+#include "device_paths.hpp"
 #include "dtype.hpp"
 #include "layout.hpp"
 #include "storage.hpp"
@@ -279,15 +279,6 @@ Tensor<T> from_host(std::initializer_list<T> values, const Shape& shape, TensorO
     return from_host<T>(std::span<const T>(values.begin(), values.size()), shape, o);
 }
 
-namespace detail {
-// A kernel that sets n elements of element_size bytes to the same bits (data, n, element size, bits,
-// stream, device). Set by tessel/ops/copy.hpp where the runtime is compiled (its runtime source, or
-// any translation unit including it in a header-only build); otherwise full() of device memory is
-// filled on the host and copied.
-using DeviceFillFn = void (*)(void*, std::size_t, std::size_t, std::uint64_t, rt::stream_t, Device);
-inline std::atomic<DeviceFillFn> device_fill{nullptr};
-}  // namespace detail
-
 // Every element `value`.
 template <Element T>
 Tensor<T> full(const Shape& shape, T value, TensorOptions o = {}) {
@@ -327,8 +318,13 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         require(lo >= lowest && hi <= highest, "arange: the values run from ", lo, " to ", hi, ", beyond the range of ",
                 dtype_traits<T>::name, " [", lowest, ", ", highest, "]");
     }
-    detail::HostArray<T> h(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(start + double(i) * step);
+    if (const detail::DeviceArangeFn fill = detail::device_arange.load(); fill && !is_plain_host(o.space)) {
+        Tensor<T> t = empty<T>(Shape{n}, o);
+        if (n > 0) fill(t.data(), dtype_of<T>, std::size_t(n), start, step, o.resolved_stream(), t.device());
+        return t;
+    }
+    detail::HostArray<T> h(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // n >= 0: said for g++'s -Walloc-size-larger-than
+    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(start + double(i) * step);  // as the kernel: no fused multiply-add
     return from_host<T>(h.span(), Shape{n}, o);
 }
 
@@ -371,12 +367,6 @@ inline bool record_use(const Storage& s, rt::stream_t stream, Device device) {
     }
     return s.space() == MemorySpace::host;  // pageable copies return only once done
 }
-
-// A kernel that gathers a strided device view into contiguous device memory (first element, layout,
-// destination, element size, stream, device). Set by tessel/ops/copy.hpp where the runtime is
-// compiled, like device_fill; otherwise strided copies of device memory go through the host.
-using DeviceGatherFn = void (*)(const void*, const Layout&, void*, std::size_t, rt::stream_t, Device);
-inline std::atomic<DeviceGatherFn> device_gather{nullptr};
 
 // Calls f(i, offset) for the i-th element of the view `l` in row-major order and its offset in the storage.
 template <class F>
@@ -481,12 +471,6 @@ inline bool distinct_elements(const Layout& l) {
     return true;
 }
 
-// A kernel that writes contiguous device memory into a strided device view (source, destination's
-// first element, its layout, element size, stream, device). Registered by tessel/ops/copy.hpp, like
-// device_gather; without it strided device destinations of copy_ go through the host.
-using DeviceScatterFn = void (*)(const void*, void*, const Layout&, std::size_t, rt::stream_t, Device);
-inline std::atomic<DeviceScatterFn> device_scatter{nullptr};
-
 // Writes contiguous `in` in row-major order into the view `l` of host memory `base`.
 template <class T>
 void scatter_on_host(const T* in, T* base, const Layout& l) {
@@ -558,65 +542,39 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
     return *this;
 }
 
-template <Element T>
-template <Element U>
-Tensor<U> Tensor<T>::to_dtype() const {
-    const Tensor<T> h = is_plain_host(space()) ? contiguous() : to_host();
-    detail::HostArray<U> converted(static_cast<std::size_t>(numel()));
+namespace detail {
+// to<U>() where no device kernel is registered, or of host memory: converted on the host.
+template <Element U, Element T>
+Tensor<U> convert_on_host(const Tensor<T>& t) {
+    const Tensor<T> h = is_plain_host(t.space()) ? t.contiguous() : t.to_host();
+    detail::HostArray<U> converted(static_cast<std::size_t>(t.numel()));
     const T* p = h.data();
     for (std::size_t i = 0; i < converted.n; ++i) converted.data()[i] = convert<U>(p[i]);  // NaN -> 0, saturating, as on the device
-    return from_host<U>(converted.span(), shape(), TensorOptions{.space = space(), .device = device()});
-}
-
-// ---- printing -----------------------------------------------------------------------------------
-
-namespace detail {
-template <class T>
-void print_value(std::ostream& os, T v) {
-    if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
-    else if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) os << int(v);
-    else if constexpr (dtype_traits<T>::is_floating) os << double(convert<float>(v));
-    else os << v;
+    return from_host<U>(converted.span(), t.shape(), TensorOptions{.space = t.space(), .device = t.device()});
 }
 }  // namespace detail
 
 template <Element T>
-std::string Tensor<T>::to_string(int edge) const {
-    std::ostringstream os;
-    os << "tensor(" << dtype_traits<T>::name << ", shape " << shape() << ", " << space_name(space());
-    if (!is_plain_host(space())) os << " " << backend_name << ":" << device().index;
-    os << ")\n";
-    const Tensor<T> h = to_host();
-    const T* p = h.data();
-    const Shape& s = h.shape();
-    // Recursive row-major print; dims longer than 2*edge show their first and last `edge` entries.
-    auto rec = [&](auto&& self, int d, std::int64_t base, int indent) -> void {
-        if (d == s.size()) {
-            detail::print_value(os, p[base]);
-            return;
+template <Element U>
+Tensor<U> Tensor<T>::to_dtype() const {
+    need();
+    if constexpr (std::is_same_v<T, U>) {
+        return clone();
+    } else {
+        if (const detail::DeviceConvertFn convert_fn = detail::device_convert.load(); convert_fn && !is_plain_host(space())) {
+            // On the tensor's device and its current stream: a strided view is gathered first (one
+            // more pass), then one kernel converts.
+            const Device dev = device();
+            const rt::stream_t stream = current_stream(dev).handle();
+            const Tensor<T> src = contiguous(stream);
+            detail::order_after_last_write(*src.storage(), stream, dev);
+            Tensor<U> out = empty<U>(shape(), TensorOptions{.space = space(), .device = dev, .stream = stream});
+            if (numel() > 0) convert_fn(src.data(), dtype_of<T>, out.data(), dtype_of<U>, std::size_t(numel()), stream, dev);
+            out.storage()->note_write(stream, dev);
+            return out;
         }
-        std::int64_t stride = 1;
-        for (int k = d + 1; k < s.size(); ++k) stride *= s[k];
-        os << '[';
-        for (std::int64_t i = 0; i < s[d]; ++i) {
-            if (s[d] > 2 * edge && i == edge) {
-                os << "...";
-                i = s[d] - edge - 1;
-                os << (d + 1 == s.size() ? ", " : ",\n" + std::string(std::size_t(indent + 1), ' '));
-                continue;
-            }
-            self(self, d + 1, base + i * stride, indent + 1);
-            if (i + 1 < s[d]) os << (d + 1 == s.size() ? ", " : ",\n" + std::string(std::size_t(indent + 1), ' '));
-        }
-        os << ']';
-    };
-    rec(rec, 0, 0, 0);
-    return os.str();
-}
-
-template <Element T>
-std::ostream& operator<<(std::ostream& os, const Tensor<T>& t) {
-    return os << t.to_string();
+        return detail::convert_on_host<U>(*this);
+    }
 }
 
 namespace detail {
@@ -636,3 +594,5 @@ ShapeOf<T> shape_of(const Tensor<T>& t) {
 }  // namespace detail
 
 }  // namespace tessel
+
+#include "print.hpp"  // Tensor::to_string and operator<<
