@@ -83,7 +83,8 @@ void BM_cast_f32_bf16(benchmark::State& state) {
 }
 
 // The same conversion as Tensor::to<U>() spells it: a new tensor from the caching allocator and one
-// convert kernel (16-byte loads and 8-byte stores), as torch's x.to(torch.bfloat16).
+// convert kernel (8 elements per thread: two 16-byte loads, one 16-byte store), as torch's
+// x.to(torch.bfloat16).
 void BM_to_bf16(benchmark::State& state) {
     const std::int64_t n = elements();
     auto x = tessel::bench::random_tensor<float>({n}, 4);

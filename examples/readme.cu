@@ -25,7 +25,7 @@ int main() {
     auto x = rng.uniform<float>({300, 200}, -1, 1);        // device memory, from the caching allocator
     auto w = rng.uniform<float>({100, 200}, -1, 1).to<bf16>();
     auto b = rng.uniform<float>({100}, -1, 1).to<bf16>();  // conversions: one kernel each
-    auto h = linear(x.to<bf16>(), w, b, Activation::gelu);  // gelu(x @ w^T + b): tensor cores, fused epilogue
+    auto h = linear(x.to<bf16>(), w, b, Activation::gelu);  // gelu(x @ w^T + b) on tensor cores
     auto p = softmax(h.to<float>(), -1);                    // each row read once
     Tensor<float> y = 2 * p + 1;                            // one fused kernel
     launch(halve, blocks_for(y.numel(), 256), 256, 0, current_stream(), y.data(), y.numel());  // checked

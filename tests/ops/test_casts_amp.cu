@@ -16,6 +16,7 @@
 #include <tessel/ops/quantize.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/slow_kernels.hpp"
 
 using namespace tessel;
 
@@ -153,6 +154,7 @@ Tensor<T> to_test_values(std::size_t n, std::uint64_t seed) {
         for (std::size_t i = 0; i < n; ++i) d.push_back((u(rng) < 0.5 ? -1 : 1) * std::exp2(e(rng)) * (1 + u(rng)));
         for (double x : {0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 127.5, 128.0, 255.9, 256.0, -129.0, 3e9, -3e9, 1e10, 1e19, -1e19, 65519.0,
                          65520.0, 464.0, 1e6, 1.0 + 0x1p-11, 1.0 + 0x1p-8, 1.0 + 0x1p-24 + 0x1p-50, 1e300, -1e300, 3.5e38,
+                         3e-5, -1e-40, 1e-310, 0x1p-9,  // subnormal in fp16, float, double; e4m3's smallest
                          double(std::numeric_limits<float>::quiet_NaN()), HUGE_VAL, -HUGE_VAL})
             d.push_back(x);
         for (double x : d) {
@@ -162,6 +164,7 @@ Tensor<T> to_test_values(std::size_t n, std::uint64_t seed) {
             v.push_back(testing::from_double<T>(x));
         }
     }
+    if (v.size() % 2 == 0) v.push_back(T(1));  // an odd count: the vector kernel's tail always runs
     Tensor<T> t = empty<T>({std::int64_t(v.size())}, {.space = MemorySpace::host});
     std::copy(v.begin(), v.end(), t.data());
     return t;
@@ -295,16 +298,16 @@ TEST_CASE("float to integer casts truncate and saturate; NaN gives 0", "[ops][ca
 }
 
 // to<U>() of device tensors: one kernel per conversion (a gather first for a strided view), for
-// every pair of the 11 dtypes, against the rules written out above on ~1030 values of odd count
-// (the vector kernel's tail runs), a view one element in (the element kernel) and a transpose.
+// every pair of the 11 dtypes, against the rules written out above on 1001-1035 values (an odd
+// count: the vector kernel's tail runs), a view one element in (the element kernel) and a transpose.
 TEMPLATE_TEST_CASE("to<U>() converts device tensors on the device, every pair of dtypes", "[tensor][cast][slow_under_tsan]", double,
                    float, __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2, std::int8_t, std::uint8_t, std::int32_t, std::int64_t,
                    bool) {
     check_to_every_dtype<TestType>(static_cast<AllDtypes*>(nullptr));
 }
 
-// arange() of device memory: one kernel, start + i * step computed in double (no fused multiply-add)
-// and converted by the same rules; odd counts, a negative step, steps that round in the narrow
+// arange() of device memory: one kernel, start + i * step computed in double (one fused
+// multiply-add, as on the host) and converted by the same rules; odd counts, a negative step, steps that round in the narrow
 // types, on outputs poisoned twice; and the element kernel on an interior (unaligned) range.
 TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]", double, float, __half, __nv_bfloat16, __nv_fp8_e4m3,
                    __nv_fp8_e5m2, std::int8_t, std::uint8_t, std::int32_t, std::int64_t, bool) {
@@ -332,7 +335,7 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
             const Tensor<T> h = t.to_host();
             std::size_t bad = 0;
             for (std::int64_t i = 0; i < n; ++i) {
-                const double want = expected_conversion<T>(r.start + double(i) * r.step, true), have = exact_value(h.data()[i]);
+                const double want = expected_conversion<T>(std::fma(double(i), r.step, r.start), true), have = exact_value(h.data()[i]);
                 if (want != have && bad++ < 3) WARN("element " << i << ": " << have << ", expected " << want);
             }
             CHECK(bad == 0);
@@ -353,6 +356,32 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
     }
 }
 
+// to<U>() returns with its kernel queued; the source, allocated on another stream and dropped at
+// once, must not be reused by that stream before the kernel has read it. Stream b is kept busy so
+// the conversion runs late; stream a allocates and fills a tensor of the same size meanwhile.
+TEST_CASE("to<U>() keeps its source's memory until the conversion has read it", "[tensor][cast]") {
+    const Stream a = Stream::create(), b = Stream::create();
+    const std::int64_t n = 1 << 16;
+    std::vector<float> values(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = float(i % 256) * 0.5f;  // exact in bf16 (at most 8 bits)
+    Tensor<float> src = from_host<float>(std::span<const float>(values), {n}, {.stream = a.handle()});
+    a.synchronize();
+    Tensor<float> busy = empty<float>({n}, {.stream = b.handle()});
+    launch(testing::slow_fill<float>, 4, 256, 0, b, busy.data(), int(n), 0.f, 50);
+    Tensor<__nv_bfloat16> out;
+    {
+        const StreamGuard on_b(b);
+        out = src.to<__nv_bfloat16>();
+    }
+    src = Tensor<float>();  // the last reference: the block goes back to a's cache
+    const Tensor<float> reuse = full<float>({n}, -7.f, {.stream = a.handle()});
+    b.synchronize();
+    const auto got = out.to_vector();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) bad += float(got[i]) != values[i];
+    CHECK(bad == 0);
+}
+
 // A tensor on another device than the current one converts there, on that device's current stream.
 TEST_CASE("to<U>() and arange run on the tensor's own device", "[.multidevice]") {
     REQUIRE(device_count() >= 3);
@@ -361,15 +390,14 @@ TEST_CASE("to<U>() and arange run on the tensor's own device", "[.multidevice]")
     CHECK(x.device() == other);
     const Tensor<__nv_bfloat16> y = x.to<__nv_bfloat16>();
     CHECK(y.device() == other);
-    const Tensor<std::int8_t> z = x.transpose(0, 0).to<std::int8_t>();
+    const Tensor<std::int8_t> z = x.narrow(0, 0, 198).reshape({18, 11}).transpose(0, 1).to<std::int8_t>();  // gathered there too
     CHECK(z.device() == other);
     const auto yv = y.to_vector();
     const auto zv = z.to_vector();
     std::size_t bad = 0;
-    for (std::size_t i = 0; i < yv.size(); ++i) {
-        const double v = -2.5 + 0.5 * double(i);  // exact in bf16 (at most 8 significant bits) and in float
-        bad += exact_value(yv[i]) != v || double(zv[i]) != std::trunc(v);
-    }
+    const auto value = [](std::int64_t i) { return -2.5 + 0.5 * double(i); };  // exact in bf16 (at most 8 significant bits)
+    for (std::size_t i = 0; i < yv.size(); ++i) bad += exact_value(yv[i]) != value(std::int64_t(i));
+    for (std::int64_t k = 0; k < 198; ++k) bad += double(zv[std::size_t(k)]) != std::trunc(value((k % 18) * 11 + k / 18));
     CHECK(yv.size() == 199);
     CHECK(bad == 0);
     CHECK(current_device().index == 0);

@@ -257,9 +257,9 @@ TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size,
 TESSEL_API void convert_device(const void* src, DType from, void* dst, DType to, std::size_t n, rt::stream_t stream, Device device) {
     if (n == 0) return;
     DeviceGuard guard(device);
-    // Every pair of the 11 dtypes is a kernel (110 of them, compiled once with the runtime): a
-    // conversion is one load, a few instructions and one store per element, which a runtime switch
-    // on either dtype inside the loop would outweigh.
+    // Every pair of the 11 dtypes has its kernels (110 pairs, 2 vector widths each, compiled once
+    // with the runtime): a conversion is one load, a few instructions and one store per element,
+    // which a runtime switch on either dtype inside the loop would outweigh.
     visit_dtype(from, [&]<class From>(From) {
         visit_dtype(to, [&]<class To>(To) {
             if constexpr (std::is_same_v<From, To>) {

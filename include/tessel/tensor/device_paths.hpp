@@ -36,8 +36,8 @@ inline std::atomic<DeviceFillFn> device_fill{nullptr};
 using DeviceConvertFn = void (*)(const void*, DType, void*, DType, std::size_t, rt::stream_t, Device);
 inline std::atomic<DeviceConvertFn> device_convert{nullptr};
 
-// Writes start + i * step (computed in double, rounded once per operation, then converted) to the
-// n contiguous elements of a dtype (data, dtype, n, start, step, stream, device): arange().
+// Writes start + i * step (one fused multiply-add in double, then converted) to the n contiguous
+// elements of a dtype (data, dtype, n, start, step, stream, device): arange().
 using DeviceArangeFn = void (*)(void*, DType, std::size_t, double, double, rt::stream_t, Device);
 inline std::atomic<DeviceArangeFn> device_arange{nullptr};
 

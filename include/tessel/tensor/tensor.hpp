@@ -324,7 +324,7 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         return t;
     }
     detail::HostArray<T> h(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // n >= 0: said for g++'s -Walloc-size-larger-than
-    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(start + double(i) * step);  // as the kernel: no fused multiply-add
+    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(std::fma(double(i), step, start));  // rounded once, as the kernel
     return from_host<T>(h.span(), Shape{n}, o);
 }
 
@@ -562,15 +562,19 @@ Tensor<U> Tensor<T>::to_dtype() const {
         return clone();
     } else {
         if (const detail::DeviceConvertFn convert_fn = detail::device_convert.load(); convert_fn && !is_plain_host(space())) {
-            // On the tensor's device and its current stream: a strided view is gathered first (one
-            // more pass), then one kernel converts.
+            // On the tensor's device and its current stream, queued: a strided view is gathered
+            // first (one more kernel), then one kernel converts.
             const Device dev = device();
             const rt::stream_t stream = current_stream(dev).handle();
-            const Tensor<T> src = contiguous(stream);
+            const Tensor<T> src =
+                is_contiguous() ? *this : to(TensorOptions{.space = space(), .device = dev, .stream = stream, .non_blocking = true});
             detail::order_after_last_write(*src.storage(), stream, dev);
             Tensor<U> out = empty<U>(shape(), TensorOptions{.space = space(), .device = dev, .stream = stream});
             if (numel() > 0) convert_fn(src.data(), dtype_of<T>, out.data(), dtype_of<U>, std::size_t(numel()), stream, dev);
             out.storage()->note_write(stream, dev);
+            // The source may be freed or overwritten as soon as this returns: its memory is not
+            // reused before the kernel is done (the caches), or this waits for it (other memory).
+            if (!detail::record_use(*src.storage(), stream, dev)) rt::stream_synchronize(stream);
             return out;
         }
         return detail::convert_on_host<U>(*this);
