@@ -67,19 +67,24 @@ void BM_fma(benchmark::State& state, int impl) {
     state.SetLabel(std::string(impl == 0 ? "tessel" : "CUB DeviceTransform") + ", " + std::to_string(n) + " elements");
 }
 
-void BM_cast_f32_bf16(benchmark::State& state) {
-    const std::int64_t n = elements();
-    auto x = tessel::bench::random_tensor<float>({n}, 4);
-    auto y = tessel::empty<__nv_bfloat16>({n});
-    tessel::Stream s = tessel::current_stream();
-    tessel::bench::time_region(state, s, [&] { (y = tessel::cast_to<__nv_bfloat16>(x)).run(s); });
-    tessel::bench::report_bytes(state, 6.0 * double(n));
+// Reports the bytes moved and the worst relative error of y = bf16(x) over every 97th element.
+void report_bf16_cast(benchmark::State& state, const tessel::Tensor<float>& x, const tessel::Tensor<__nv_bfloat16>& y) {
+    tessel::bench::report_bytes(state, 6.0 * double(x.numel()));
     const auto xv = x.to_vector();
     const auto yv = y.to_vector();
     double worst = 0;
     for (std::size_t i = 0; i < yv.size(); i += 97)
         worst = std::max(worst, std::fabs(double(float(yv[i])) - double(xv[i])) / std::max(std::fabs(double(xv[i])), 1e-3));
     tessel::bench::report_error(state, worst, 1.0 / 256);
+}
+
+void BM_cast_f32_bf16(benchmark::State& state) {
+    const std::int64_t n = elements();
+    auto x = tessel::bench::random_tensor<float>({n}, 4);
+    auto y = tessel::empty<__nv_bfloat16>({n});
+    tessel::Stream s = tessel::current_stream();
+    tessel::bench::time_region(state, s, [&] { (y = tessel::cast_to<__nv_bfloat16>(x)).run(s); });
+    report_bf16_cast(state, x, y);
 }
 
 // The same conversion as Tensor::to<U>() spells it: a new tensor from the caching allocator and one
@@ -91,13 +96,7 @@ void BM_to_bf16(benchmark::State& state) {
     tessel::Tensor<__nv_bfloat16> y;
     tessel::Stream s = tessel::current_stream();
     tessel::bench::time_region(state, s, [&] { y = x.to<__nv_bfloat16>(); });
-    tessel::bench::report_bytes(state, 6.0 * double(n));
-    const auto xv = x.to_vector();
-    const auto yv = y.to_vector();
-    double worst = 0;
-    for (std::size_t i = 0; i < yv.size(); i += 97)
-        worst = std::max(worst, std::fabs(double(float(yv[i])) - double(xv[i])) / std::max(std::fabs(double(xv[i])), 1e-3));
-    tessel::bench::report_error(state, worst, 1.0 / 256);
+    report_bf16_cast(state, x, y);
     state.SetLabel(std::to_string(n) + " elements, fp32 -> bf16");
 }
 
