@@ -16,6 +16,7 @@
 #include <tessel/ops/quantize.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/random_tensor.hpp"
 #include "../support/slow_kernels.hpp"
 
 using namespace tessel;
@@ -221,13 +222,6 @@ std::size_t wrong_conversions(Src&& src, const Tensor<U>& got) {
     return bad;
 }
 
-// A tensor of U whose next allocation of `n` elements holds `byte` in every byte.
-template <class U>
-void poison_next_with(std::int64_t n, int byte) {
-    Tensor<U> p = empty<U>({n});
-    rt::memset_async(p.data(), byte, std::size_t(n) * sizeof(U), current_stream().handle());
-}
-
 template <class T, class U>
 void check_to_dtype(const Tensor<T>& values) {
     INFO(dtype_traits<T>::name << " -> " << dtype_traits<U>::name);
@@ -238,7 +232,7 @@ void check_to_dtype(const Tensor<T>& values) {
     for (int byte : {0xFF, 0x5A}) {  // two poisons: an unwritten element cannot match both
         INFO("poison " << byte);
         // Aligned and contiguous: the vector kernel and its tail, one launch.
-        poison_next_with<U>(n, byte);
+        testing::poison_next<U>({n}, byte);
         auto before = testing::launch_count();
         const Tensor<U> whole = base.template to<U>();
         if (backend == Backend::sim && !std::is_same_v<T, U>) {  // to<T>() is a copy (clone())
@@ -249,7 +243,7 @@ void check_to_dtype(const Tensor<T>& values) {
         CHECK(whole.space() == MemorySpace::device);
         CHECK(wrong_conversions<T>(at(0), whole) == 0);
         // One element in: the element kernel.
-        poison_next_with<U>(n - 1, byte);
+        testing::poison_next<U>({n - 1}, byte);
         CHECK(wrong_conversions<T>(at(1), base.narrow(0, 1, n - 1).template to<U>()) == 0);
     }
     // A transposed view: gathered, then converted (two launches); the result keeps the view's shape.
@@ -324,7 +318,7 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
         const auto n = std::int64_t(std::ceil((r.stop - r.start) / r.step));
         INFO("arange(" << r.start << ", " << r.stop << ", " << r.step << "): " << n << " elements");
         for (int byte : {0xFF, 0x5A}) {
-            poison_next_with<T>(n, byte);
+            testing::poison_next<T>({n}, byte);
             const auto before = testing::launch_count();
             const Tensor<T> t = arange<T>(r.start, r.stop, r.step);
             if (backend == Backend::sim) {

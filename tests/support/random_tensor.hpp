@@ -38,12 +38,12 @@ TensorPair<T> random_pair(const Shape& s, std::uint64_t seed, double lo = -1.0, 
     return {from_host<T>(v.span(), s), from_host<T>(v.span(), s, {.space = MemorySpace::host})};
 }
 
-// Fills a freed block of exactly `s`'s size with 0xFF at the front of the cache, so an op that
-// allocates its output of that shape next gets it and an unwritten element shows (NaN, -1, bad bool).
+// Fills a freed block of exactly `s`'s size with `byte` (0xFF: NaN, -1, a bad bool) at the front of
+// the cache, so an op that allocates its output of that shape next gets it and an unwritten element shows.
 template <class T>
-void poison_next(const Shape& s) {
+void poison_next(const Shape& s, int byte = 0xFF) {
     Tensor<T> p = empty<T>(s);
-    rt::memset_async(p.data(), 0xFF, std::size_t(p.numel()) * sizeof(T), current_stream(p.device()).handle());
+    rt::memset_async(p.data(), byte, std::size_t(p.numel()) * sizeof(T), current_stream(p.device()).handle());
 }
 
 }  // namespace tessel::testing

@@ -1,8 +1,8 @@
 // Strided device views into contiguous device memory on the device: Tensor::contiguous(), clone()
 // and to() of any permuted, sliced or broadcast view of device or managed memory run one kernel
 // (kernels/tessel/kernels/permute.cuh) instead of a round trip through the host; full(), ones(),
-// arange() and to<U>() (a dtype conversion) of device memory run one kernel each
-// (kernels/tessel/kernels/elementwise.cuh). The runtime
+// arange() and to<U>() (a dtype conversion; of a strided view, after the gather) of device memory
+// run one kernel each (kernels/tessel/kernels/elementwise.cuh). The runtime
 // source (core/linkage.hpp) compiles and registers these kernels once per program, also for
 // host-compiled callers; in a header-only build, any CUDA (or sim) translation unit including this
 // header does. Without them those paths stay correct through the host.
@@ -239,17 +239,14 @@ TESSEL_API void scatter_from_contiguous(const void* src, void* dst_first, const 
 TESSEL_API void fill_device(void* data, std::size_t n, std::size_t element_size, std::uint64_t bits, rt::stream_t stream, Device device) {
     if (n == 0) return;
     DeviceGuard guard(device);
-    const auto blocks = [&](std::size_t work) {
-        return unsigned(std::clamp<std::int64_t>(std::int64_t((work + 255) / 256), 1, detail::max_blocks(device, 32)));
-    };
     auto run = [&]<class E>(E) {
         E value;
         std::memcpy(&value, &bits, sizeof(E));  // the low bytes on a little-endian machine (all CUDA hosts)
         constexpr int V = int(16 / sizeof(E));
         if (detail::aligned(data, 16))
-            launch(kernels::fill<V, E>, blocks(n / V + 1), dim3(256), 0, stream, static_cast<E*>(data), n, value);
+            launch(kernels::fill<V, E>, strided_blocks(std::int64_t(n / V + 1), device), dim3(256), 0, stream, static_cast<E*>(data), n, value);
         else
-            launch(kernels::fill<1, E>, blocks(n), dim3(256), 0, stream, static_cast<E*>(data), n, value);
+            launch(kernels::fill<1, E>, strided_blocks(std::int64_t(n), device), dim3(256), 0, stream, static_cast<E*>(data), n, value);
     };
     with_element_word("fill_device", element_size, run);
 }
