@@ -9,6 +9,7 @@
 //   a process per GPU:        tessel-run -n N tessel-collectives-bench ...
 // Options: -b MIN -e MAX (bytes; K, M, G suffixes) -f FACTOR --iters N --warmup N
 //          --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|all --json FILE
+#include <tessel/core/env.hpp>
 #include <tessel/dist/communicator.hpp>
 #include <tessel/tessel.hpp>
 
@@ -33,13 +34,9 @@ struct Options {
     std::string json;
 };
 
-std::int64_t parse_size(const std::string& s) {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    const char unit = end && *end ? char(std::toupper(*end)) : 'B';
-    const double scale = unit == 'K' ? 1024.0 : unit == 'M' ? 1048576.0 : unit == 'G' ? 1073741824.0 : 1.0;
-    require(v > 0 && (unit == 'B' || unit == 'K' || unit == 'M' || unit == 'G'), "tessel-collectives-bench: '", s, "' is not a size (8, 64K, 1G)");
-    return std::int64_t(v * scale);
+// A byte count as nccl-tests takes it: 8, 64K, 1M, 1G (powers of 1024).
+std::int64_t parse_size(const char* flag, const std::string& s) {
+    return std::int64_t(env::parse_bytes(flag, s, 1, std::uint64_t(1) << 40));
 }
 
 // The ranks this process drives: one (from the environment) or every local device.
@@ -114,31 +111,38 @@ int main(int argc, char** argv) {
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
             auto value = [&] {
-                require(i + 1 < argc, "tessel-collectives-bench: ", a, " needs a value");
+                require(i + 1 < argc, a, " needs a value");
                 return std::string(argv[++i]);
             };
-            if (a == "-b") o.min_bytes = parse_size(value());
-            else if (a == "-e") o.max_bytes = parse_size(value());
-            else if (a == "-f") o.factor = std::max<std::int64_t>(2, std::atoll(value().c_str()));
-            else if (a == "--iters") o.iters = std::max(1, std::atoi(value().c_str()));
-            else if (a == "--warmup") o.warmup = std::max(0, std::atoi(value().c_str()));
-            else if (a == "-g") o.gpus = std::atoi(value().c_str());
+            auto integer = [&](std::uint64_t lo, std::uint64_t hi) { return env::parse_integer(a.c_str(), value(), lo, hi); };
+            if (a == "-b") o.min_bytes = parse_size("-b", value());
+            else if (a == "-e") o.max_bytes = parse_size("-e", value());
+            else if (a == "-f") o.factor = std::int64_t(integer(2, 1 << 20));
+            else if (a == "--iters") o.iters = int(integer(1, 1000000));
+            else if (a == "--warmup") o.warmup = int(integer(0, 1000000));
+            else if (a == "-g") o.gpus = int(integer(1, 1024));
             else if (a == "--json") o.json = value();
             else if (a == "--op") {
                 const std::string v = value();
                 if (v != "all") o.ops = {v};
-            } else fail("tessel-collectives-bench: unknown option ", a, " (see the comment at the top of bench/bench_collectives.cu)");
+            } else fail("unknown option ", a, " (see the comment at the top of bench/bench_collectives.cu)");
         }
         for (const auto& op : o.ops)
             require(op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce" || op == "all_to_all",
-                    "tessel-collectives-bench: --op ", op, " is not a collective");
+                    "--op ", op, " is not a collective");
         // 1 GiB on a GPU as nccl-tests' usual sweep; the sim copies through the CPU (and, across
         // processes, through a socket), so its default stops at 4 MiB.
-        if (o.max_bytes == 0) o.max_bytes = backend == Backend::sim ? (4 << 20) : (std::int64_t(1) << 30);
+        if (o.max_bytes == 0) o.max_bytes = std::max(o.min_bytes, backend == Backend::sim ? std::int64_t(4 << 20) : (std::int64_t(1) << 30));
+        require(o.min_bytes <= o.max_bytes, "-b ", o.min_bytes, " is larger than -e ", o.max_bytes);
 
         std::vector<Communicator> cs = ranks(o);
         const int n = cs.front().size();
         const bool printer = cs.front().rank() == 0;
+        std::ofstream json_file;  // rank 0's, opened before the run, so that a path it cannot write fails at once
+        if (printer && !o.json.empty()) {
+            json_file.open(o.json);
+            require(bool(json_file), "--json: cannot write ", o.json);
+        }
         std::string json = "[";
         if (printer)
             std::printf("# tessel-collectives-bench: %d ranks (%zu in this process), float32, %d warm-up + %d timed calls per size, %s\n", n,
@@ -200,7 +204,10 @@ int main(int argc, char** argv) {
                 }
             }
         }
-        if (printer && !o.json.empty()) std::ofstream(o.json) << json << "\n]\n";
+        if (printer && json_file.is_open()) {
+            json_file << json << "\n]\n";
+            require(bool(json_file.flush()), "--json: cannot write ", o.json);
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tessel-collectives-bench: %s\n", e.what());
         return 1;

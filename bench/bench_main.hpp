@@ -56,10 +56,12 @@ inline int run_benchmarks(int argc, char** argv) {
     add_device_context();
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
+    // None run: a filter that matched nothing or did not compile (Google Benchmark has said which);
+    // scripts must see it fail rather than a report without the figures they asked for.
+    const std::size_t ran = benchmark::RunSpecifiedBenchmarks();
     warn_if_throttled();
     benchmark::Shutdown();
-    return 0;
+    return ran > 0 ? 0 : 1;
 }
 
 }  // namespace tessel::bench

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-int main() {
+int main() try {
     if (tessel::device_count() == 0) {
         std::printf("no usable CUDA device: skipped\n");
         return 77;
@@ -33,4 +33,7 @@ int main() {
     std::printf("rank %d of %d (device %d): all_reduce(avg) of %lld floats in %.2f ms, %lld wrong\n", comm.rank(), comm.size(),
                 comm.device().index, static_cast<long long>(n), ms, static_cast<long long>(wrong));
     return wrong == 0 ? 0 : 1;
+} catch (const std::exception& e) {  // a bad environment (RANK, MASTER_PORT, ...), a rank that failed
+    std::fprintf(stderr, "allreduce: %s\n", e.what());
+    return 1;
 }

@@ -15,7 +15,7 @@ __global__ void halve(float* x, std::int64_t n) {  // plain CUDA C++: runs on th
     if (i < n) x[i] *= 0.5f;
 }
 
-int main() {
+int main() try {
     using namespace tessel;
     using bf16 = __nv_bfloat16;
     // README end
@@ -57,4 +57,8 @@ int main() {
     }
     std::printf("readme example: %zu of %lld elements wrong\n", wrong, static_cast<long long>(m * n));
     return wrong == 0 ? 0 : 1;
+    // README begin
+} catch (const tessel::Error& e) {  // bad input, out of memory, a CUDA error: the message says which
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -29,6 +30,11 @@ struct Field {
 inline std::string number(double v, int decimals) {
     char b[64];
     std::snprintf(b, sizeof b, "%.*f", decimals, v);
+    return b;
+}
+inline std::string number_as(const char* format, unsigned v) {
+    char b[64];
+    std::snprintf(b, sizeof b, format, v);
     return b;
 }
 template <class T>
@@ -86,9 +92,13 @@ inline const std::vector<Field>& fields() {
 
 // The fields named in a comma-separated list; throws naming an unknown one and listing the known.
 inline std::vector<const Field*> parse_fields(const std::string& list) {
+    if (list.empty()) throw std::invalid_argument("--query: no fields given");
     std::vector<const Field*> out;
-    std::stringstream ss(list);
-    for (std::string name; std::getline(ss, name, ',');) {
+    for (std::size_t at = 0; at <= list.size();) {
+        std::size_t comma = list.find(',', at);
+        if (comma == std::string::npos) comma = list.size();
+        std::string name = list.substr(at, comma - at);
+        at = comma + 1;
         name.erase(0, name.find_first_not_of(' '));
         name.erase(name.find_last_not_of(' ') + 1);
         const Field* hit = nullptr;
@@ -101,7 +111,6 @@ inline std::vector<const Field*> parse_fields(const std::string& list) {
         }
         out.push_back(hit);
     }
-    if (out.empty()) throw std::invalid_argument("--query: no fields given");
     return out;
 }
 
@@ -111,6 +120,7 @@ struct Format {
 // --format=csv[,noheader][,nounits] | json
 inline Format parse_format(const std::string& text) {
     Format f;
+    if (text.empty()) throw std::invalid_argument("--format: empty; csv[,noheader][,nounits] or json");
     std::stringstream ss(text);
     bool first = true;
     for (std::string w; std::getline(ss, w, ','); first = false) {
@@ -122,22 +132,40 @@ inline Format parse_format(const std::string& text) {
     return f;
 }
 
-inline std::string json_string(const std::string& s) {
-    std::string r = "\"";
+// s as the inside of a JSON string: quotes, backslashes and control characters escaped (RFC 8259).
+inline std::string json_escape(const std::string& s) {
+    std::string r;
     for (char c : s) {
-        if (c == '"' || c == '\\') r += '\\';
-        r += c;
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') r += '\\', r += c;
+        else if (c == '\n') r += "\\n";
+        else if (c == '\t') r += "\\t";
+        else if (c == '\r') r += "\\r";
+        else if (u < 0x20) r += number_as("\\u%04x", u);
+        else r += c;
     }
+    return r;
+}
+inline std::string json_string(const std::string& s) { return "\"" + json_escape(s) + "\""; }
+
+// s as one CSV field: as it is (nvidia-smi's output), or quoted when it holds the separator, a quote
+// or a line break (RFC 4180), so that a CSV reader sees the header's number of columns.
+inline std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+    std::string r = "\"";
+    for (char c : s) r += c == '"' ? std::string("\"\"") : std::string(1, c);
     return r + "\"";
 }
 
-// One line (csv) or one array (json) per call: every device's fields.
+// One sample per call: a csv line per device (the header first if asked), or one JSON array of an
+// object per device on one line (so that --watch writes JSON Lines).
 inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) {
     const int n = tessel::device_count();
     if (fmt.json) std::printf("[");
     else if (fmt.header) {
+        // nvidia-smi keeps the units in the header with nounits: only the values lose them.
         std::string h;
-        for (const Field* f : fs) h += std::string(h.empty() ? "" : ", ") + f->name + (fmt.units && *f->unit ? std::string(" [") + f->unit + "]" : "");
+        for (const Field* f : fs) h += std::string(h.empty() ? "" : ", ") + f->name + (*f->unit ? std::string(" [") + f->unit + "]" : "");
         std::printf("%s\n", h.c_str());
     }
     for (int i = 0; i < n; ++i) {
@@ -150,13 +178,14 @@ inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) 
                 const bool numeric = v && !v->empty() && v->find_first_not_of("0123456789.-") == std::string::npos;
                 line += std::string(line.empty() ? "" : ", ") + json_string(f->name) + ": " + (!v ? "null" : numeric ? *v : json_string(*v));
             } else {
-                line += std::string(line.empty() ? "" : ", ") + (v ? *v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "") : "[N/A]");
+                line += std::string(line.empty() ? "" : ", ") +
+                        (v ? csv_field(*v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "")) : "[N/A]");
             }
         }
-        if (fmt.json) std::printf("%s\n  {%s}", i ? "," : "", line.c_str());
+        if (fmt.json) std::printf("%s{%s}", i ? ", " : "", line.c_str());
         else std::printf("%s\n", line.c_str());
     }
-    if (fmt.json) std::printf("\n]\n");
+    if (fmt.json) std::printf("]\n");
     std::fflush(stdout);
 }
 
@@ -203,7 +232,7 @@ inline std::string prometheus_text() {
     std::vector<std::pair<std::string, tessel::nvml::DeviceReading>> devices;
     for (int i = 0; i < tessel::device_count(); ++i) {
         std::string name = tessel::properties(tessel::Device{i}).name, escaped;
-        for (char c : name) escaped += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+        for (char c : name) escaped += c == '\n' ? std::string("\\n") : c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
         devices.emplace_back("{gpu=\"" + std::to_string(i) + "\",name=\"" + escaped + "\"}", tessel::nvml::read(tessel::Device{i}));
     }
     for (const Metric& m : metrics) {
@@ -215,18 +244,35 @@ inline std::string prometheus_text() {
 }
 
 // Writes the exposition to `path` atomically (a temporary in the same directory, then rename), as
-// the textfile collector requires; "-" writes to stdout.
+// the textfile collector requires; "-" writes to stdout. A symbolic link's target is replaced, not
+// the link; a path that is not a regular file (a pipe, /dev/stdout) is written in place.
 inline void write_prometheus(const std::string& path) {
+    namespace fs = std::filesystem;
     const std::string text = prometheus_text();
     if (path == "-") {
         std::fputs(text.c_str(), stdout);
         return;
     }
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);  // follows links
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+        if (fs::is_directory(st)) throw std::runtime_error("--prometheus: " + path + " is a directory");
+        std::FILE* f = std::fopen(path.c_str(), "w");
+        const bool ok = f && std::fputs(text.c_str(), f) >= 0;
+        if (!f || (std::fclose(f) != 0) || !ok) throw std::runtime_error("--prometheus: cannot write " + path);
+        return;
+    }
+    fs::path target = path;  // the file a chain of links ends at (it may not exist yet)
+    for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+        if (hops == 40) throw std::runtime_error("--prometheus: " + path + ": too many levels of symbolic links");
+        const fs::path next = fs::read_symlink(target, ec);
+        target = next.is_absolute() ? next : target.parent_path() / next;
+    }
+    const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (!f) throw std::runtime_error("--prometheus: cannot write " + tmp);
     const bool ok = std::fputs(text.c_str(), f) >= 0;
-    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), target.string().c_str()) != 0) {
         std::remove(tmp.c_str());
         throw std::runtime_error("--prometheus: cannot write " + path);
     }

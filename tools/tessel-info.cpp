@@ -5,7 +5,8 @@
 //   tessel-info --json   the properties as JSON (for scripts and bench reports)
 //   tessel-info --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch SECONDS [--count N]]
 //                        NVML readings by nvidia-smi's field names (--query=help lists them),
-//                        again every SECONDS (N times, or until interrupted)
+//                        again every SECONDS (N times, or until interrupted); flags in any order,
+//                        nvidia-smi's --query-gpu and -l/--loop too; json: one array per line
 //   tessel-info --processes                 the compute processes on each device
 //   tessel-info --prometheus [FILE]         the readings in Prometheus's text format, FILE written
 //                        atomically (node-exporter's textfile collector), or stdout
@@ -23,6 +24,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -34,14 +37,7 @@
 
 namespace {
 
-std::string json_escape(const std::string& s) {
-    std::string r;
-    for (char c : s) {
-        if (c == '"' || c == '\\') r += '\\';
-        r += c;
-    }
-    return r;
-}
+using info::json_escape;
 
 void print_json(const tessel::Versions& v) {
     std::printf("{\n  \"backend\": \"%s\",\n  \"runtime_version\": \"%s\",\n  \"driver_version\": \"%s\",\n"
@@ -102,6 +98,12 @@ void print_table(const tessel::Versions& v) {
 
 }  // namespace
 
+// Without a device there is nothing to read: the reason, and 77 (what ctest takes as skipped).
+int no_device() {
+    std::fprintf(stderr, "tessel-info: %s\n", tessel::unavailable_reason().c_str());
+    return 77;
+}
+
 // tessel-info --matmul M N K DTYPE [fused]
 int explain_matmul(int argc, char** argv) {
     const bool fused = argc == 7 && std::strcmp(argv[6], "fused") == 0;
@@ -114,7 +116,8 @@ int explain_matmul(int argc, char** argv) {
     }
     const auto dim = [](const char* text) { return std::int64_t(tessel::env::parse_integer("tessel-info --matmul", text, 1, std::int64_t(1) << 40)); };
     const std::int64_t m = dim(argv[2]), n = dim(argv[3]), k = dim(argv[4]);
-    const auto props = tessel::device_count() > 0 ? tessel::properties(tessel::Device{0}) : tessel::DeviceProperties{};
+    if (!tessel::is_available()) return no_device();  // the choice depends on the device's architecture
+    const auto props = tessel::properties(tessel::Device{0});
     const int major = props.major;
     const tessel::MatmulChoice c = tessel::automatic_choice(major, dtype, fused, m, n);
     std::printf("matmul %lld x %lld x %lld %s%s on sm_%d%d (shape class %s):\n  automatic -> %s\n  %.*s\n",
@@ -125,38 +128,40 @@ int explain_matmul(int argc, char** argv) {
     return 0;
 }
 
-// Without a device there is nothing to read: the reason, and 77 (what ctest takes as skipped).
-int no_device() {
-    std::fprintf(stderr, "tessel-info: %s\n", tessel::unavailable_reason().c_str());
-    return 77;
-}
-
-// tessel-info --query=... [--format=...] [--watch SECONDS [--count N]]
+// tessel-info --query=... [--format=...] [--watch SECONDS [--count N]], in any order; --query-gpu
+// (nvidia-smi's spelling) is the same flag.
 int query(int argc, char** argv) {
     std::string fields, format = "csv";
+    bool has_fields = false;
     double watch = 0;
     long count = -1;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        auto value = [&](const char* flag) -> std::string {
-            const std::string f = flag;
-            if (a.rfind(f + "=", 0) == 0) return a.substr(f.size() + 1);
-            if (a == f && i + 1 < argc) return argv[++i];
-            throw std::invalid_argument(f + " needs a value");
+        // The flag's value, from "--flag=value" or "--flag value"; nullopt when a is another flag.
+        auto value = [&](std::initializer_list<const char*> names) -> std::optional<std::string> {
+            for (const std::string f : names) {
+                if (a.rfind(f + "=", 0) == 0) return a.substr(f.size() + 1);
+                if (a == f) {
+                    if (i + 1 >= argc) throw std::invalid_argument(f + " needs a value");
+                    return std::string(argv[++i]);
+                }
+            }
+            return std::nullopt;
         };
-        if (a.rfind("--query", 0) == 0) fields = value("--query");
-        else if (a.rfind("--format", 0) == 0) format = value("--format");
-        else if (a.rfind("--watch", 0) == 0) watch = std::stod(value("--watch"));
-        else if (a.rfind("--count", 0) == 0) count = std::stol(value("--count"));
-        else throw std::invalid_argument("unknown argument '" + a + "'");
+        if (auto v = value({"--query", "--query-gpu"})) fields = *v, has_fields = true;
+        else if (auto v = value({"--format"})) format = *v;
+        else if (auto v = value({"--watch", "-l", "--loop"})) watch = tessel::env::parse_decimal("--watch", *v, 0, 86400);
+        else if (auto v = value({"--count"})) count = long(tessel::env::parse_integer("--count", *v, 1, 1000000000));
+        else throw std::invalid_argument("unknown argument '" + a + "' with --query");
     }
+    if (!has_fields) throw std::invalid_argument("--format, --watch and --count go with --query=FIELD,...");
     if (fields == "help") {
         for (const info::Field& f : info::fields()) std::printf("%s%s%s\n", f.name, *f.unit ? "  " : "", f.unit);
         return 0;
     }
     const auto fs = info::parse_fields(fields);
     info::Format fmt = info::parse_format(format);
-    if (!(watch >= 0)) throw std::invalid_argument("--watch: seconds must not be negative");
+    if (count > 0 && watch <= 0) throw std::invalid_argument("--count goes with --watch SECONDS");
     if (!tessel::is_available()) return no_device();
     for (long n = 0; count < 0 || n < count; ++n) {
         info::print_query(fs, fmt);
@@ -167,9 +172,19 @@ int query(int argc, char** argv) {
     return 0;
 }
 
+// Whether any argument is a query flag (they may come in any order, as nvidia-smi's).
+bool query_mode(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        for (const char* f : {"--query", "--query-gpu", "--format", "--watch", "-l", "--loop", "--count"})
+            if (a == f || a.rfind(std::string(f) + "=", 0) == 0) return true;
+    }
+    return false;
+}
+
 int main(int argc, char** argv) try {
     if (argc > 1 && std::strcmp(argv[1], "--matmul") == 0) return explain_matmul(argc, argv);
-    if (argc > 1 && std::strncmp(argv[1], "--query", 7) == 0) return query(argc, argv);
+    if (query_mode(argc, argv)) return query(argc, argv);
     if (argc == 2 && std::strcmp(argv[1], "--processes") == 0) {
         if (!tessel::is_available()) return no_device();
         info::print_processes();
@@ -195,7 +210,7 @@ int main(int argc, char** argv) try {
         std::printf("%zu segments from %s drawn into %s\n", segments.size(), argv[2], argv[3]);
         return 0;
     }
-    const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+    const bool json = argc == 2 && std::strcmp(argv[1], "--json") == 0;
     if (argc > 1 && !json) {
         std::fprintf(stderr, "usage: tessel-info [--json | --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch S [--count N]] |\n"
                              "                    --processes | --prometheus [FILE] | --bandwidth [MiB] |\n"
@@ -206,6 +221,9 @@ int main(int argc, char** argv) try {
     json ? print_json(v) : print_table(v);
     return tessel::is_available() ? 0 : 1;
 } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "tessel-info: %s\n", e.what());
+    return 2;
+} catch (const tessel::InvalidArgument& e) {  // a malformed number (tessel::env's parsers)
     std::fprintf(stderr, "tessel-info: %s\n", e.what());
     return 2;
 } catch (const std::exception& e) {

@@ -3,13 +3,17 @@
 // LOCAL_WORLD_SIZE (dist::Communicator::from_env reads them); its output lines come back prefixed
 // with "[rank R] ". When a rank fails, the others have --grace seconds to notice (their collectives
 // fail fast: NCCL's remote error, the watchdog's timeout) before they are terminated; the exit
-// status is then the failed rank's. On the sim each rank also gets TESSEL_SIM_DEVICES=N (unless
-// set), so LOCAL_RANK names a simulated device of its own. docs/multi-gpu.md.
+// status is then the failed rank's; a rank that ignores SIGTERM gets SIGKILL after another grace
+// period. SIGINT, SIGTERM and SIGHUP sent to tessel-run go to every rank, with the same escalation,
+// and tessel-run exits as that signal; the ranks also get SIGTERM if tessel-run itself dies. On the
+// sim each rank also gets TESSEL_SIM_DEVICES=N (unless set), so LOCAL_RANK names a simulated device
+// of its own. docs/multi-gpu.md.
 //
-//   tessel-run -n N [--master-port P] [--grace SECONDS] program [args...]
+//   tessel-run -n N [--master-port P] [--grace SECONDS] [--] program [args...]
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -23,7 +27,12 @@
 #include <string>
 #include <vector>
 
+#include <tessel/core/env.hpp>
+
 namespace {
+
+// More ranks than this on one host is a typo (torchrun has no limit; a GPU host has at most 16-72).
+constexpr int max_ranks = 1024;
 
 struct Rank {
     pid_t pid = -1;
@@ -34,7 +43,7 @@ struct Rank {
 };
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr, "tessel-run: %s\nusage: tessel-run -n N [--master-port P] [--grace SECONDS] program [args...]\n", why);
+    std::fprintf(stderr, "tessel-run: %s\nusage: tessel-run -n N [--master-port P] [--grace SECONDS] [--] program [args...]\n", why);
     std::exit(2);
 }
 
@@ -74,6 +83,17 @@ bool drain(Rank& r, int index) {
     return true;
 }
 
+// The signal asked of tessel-run (0: none yet); the handler also wakes poll through a pipe.
+volatile sig_atomic_t received = 0;
+int wake_pipe[2] = {-1, -1};
+void on_signal(int sig) {
+    if (!received) received = sig;
+    const int saved = errno;
+    const char b = 0;
+    (void)!::write(wake_pipe[1], &b, 1);
+    errno = saved;
+}
+
 std::string describe(int status) {
     if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
     if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
@@ -82,38 +102,59 @@ std::string describe(int status) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     int n = 0, port = 0;
     double grace = 10;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; ++i) {
         const std::string a = argv[i];
+        if (a == "--") {
+            ++i;
+            break;
+        }
         auto value = [&]() -> const char* {
             if (i + 1 >= argc) usage(("missing value after " + a).c_str());
             return argv[++i];
         };
-        if (a == "-n" || a == "--nproc-per-node") n = std::atoi(value());
-        else if (a == "--master-port") port = std::atoi(value());
-        else if (a == "--grace") grace = std::atof(value());
+        if (a == "-n" || a == "--nproc-per-node") n = int(tessel::env::parse_integer("-n", value(), 1, max_ranks));
+        else if (a == "--master-port") port = int(tessel::env::parse_integer("--master-port", value(), 1, 65535));
+        else if (a == "--grace") grace = tessel::env::parse_decimal("--grace", value(), 0, 86400);
         else if (a == "-h" || a == "--help") usage("starts N ranks of a program");
         else usage(("unknown option " + a).c_str());
     }
     if (n < 1) usage("-n N: the number of ranks (at least 1)");
     if (i >= argc) usage("no program given");
-    if (port < 0 || port > 65535) usage("--master-port must be in 1-65535");
     if (port == 0) port = free_port();
 
+    if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return std::perror("tessel-run: pipe"), 1;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    ::sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+
     std::vector<Rank> ranks(static_cast<std::size_t>(n));
+    const pid_t parent = ::getpid();
+    // Ends the ranks already started when a later one cannot be (no orphans left behind).
+    auto abandon = [&](const char* what) {
+        std::perror(what);
+        for (auto& x : ranks)
+            if (x.pid > 0) ::kill(x.pid, SIGKILL), ::waitpid(x.pid, nullptr, 0);
+        return 1;
+    };
     for (int r = 0; r < n; ++r) {
         int fds[2];
-        if (::pipe(fds) != 0) return std::perror("tessel-run: pipe"), 1;
+        if (::pipe2(fds, O_CLOEXEC) != 0) return abandon("tessel-run: pipe");
         const pid_t pid = ::fork();
-        if (pid < 0) return std::perror("tessel-run: fork"), 1;
+        if (pid < 0) return ::close(fds[0]), ::close(fds[1]), abandon("tessel-run: fork");
         if (pid == 0) {
+            // A rank outlives nothing: if tessel-run dies (even by SIGKILL), the rank gets SIGTERM.
+            ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (::getppid() != parent) std::_Exit(143);
+            struct sigaction dfl {};
+            dfl.sa_handler = SIG_DFL;
+            for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
             ::dup2(fds[1], 1);
             ::dup2(fds[1], 2);
-            ::close(fds[0]);
-            ::close(fds[1]);
             ::setenv("MASTER_ADDR", "127.0.0.1", 0);
             ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
             ::setenv("RANK", std::to_string(r).c_str(), 1);
@@ -132,41 +173,79 @@ int main(int argc, char** argv) {
         ranks[std::size_t(r)].out = fds[0];
     }
 
+    using clock = std::chrono::steady_clock;
+    const auto grace_period = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(grace));
     int failed = -1;
-    auto failed_at = std::chrono::steady_clock::time_point{};
-    bool terminated = false;
+    clock::time_point failed_at{}, terminated_at{};
+    bool terminated = false, killed = false;
+    int signalled = 0;  // the signal tessel-run got and passed on
+    auto send_all = [&](int sig) {
+        for (auto& x : ranks)
+            if (x.running) ::kill(x.pid, sig);
+    };
     for (;;) {
-        std::vector<pollfd> p;
-        std::vector<int> who;
+        std::vector<pollfd> p{{wake_pipe[0], POLLIN, 0}};
+        std::vector<int> who{-1};
         for (int r = 0; r < n; ++r)
             if (ranks[std::size_t(r)].out >= 0) p.push_back({ranks[std::size_t(r)].out, POLLIN, 0}), who.push_back(r);
-        if (!p.empty()) ::poll(p.data(), p.size(), 100);
-        for (std::size_t k = 0; k < p.size(); ++k)
+        ::poll(p.data(), p.size(), 100);  // also the tick of the exit and grace checks below
+        char drop[64];
+        while (::read(wake_pipe[0], drop, sizeof drop) > 0) {
+        }
+        for (std::size_t k = 1; k < p.size(); ++k)
             if (p[k].revents && !drain(ranks[std::size_t(who[k])], who[k]))
                 ::close(ranks[std::size_t(who[k])].out), ranks[std::size_t(who[k])].out = -1;
         bool any_running = false;
         for (int r = 0; r < n; ++r) {
             Rank& x = ranks[std::size_t(r)];
-            if (x.running && ::waitpid(x.pid, &x.status, p.empty() ? 0 : WNOHANG) == x.pid) {
+            if (x.running && ::waitpid(x.pid, &x.status, WNOHANG) == x.pid) {
                 x.running = false;
                 const bool ok = WIFEXITED(x.status) && WEXITSTATUS(x.status) == 0;
-                if (!ok) {
+                if (!ok && !signalled) {
                     std::fprintf(stderr, "tessel-run: rank %d (pid %d) %s\n", r, int(x.pid), describe(x.status).c_str());
-                    if (failed < 0) failed = r, failed_at = std::chrono::steady_clock::now();
+                    if (failed < 0) failed = r, failed_at = clock::now();
                 }
             }
             any_running |= x.running;
         }
-        if (!any_running && p.empty()) break;
-        if (failed >= 0 && !terminated && any_running &&
-            std::chrono::steady_clock::now() - failed_at > std::chrono::duration<double>(grace)) {
-            std::fprintf(stderr, "tessel-run: terminating the ranks still running %g s after rank %d failed\n", grace, failed);
-            for (auto& x : ranks)
-                if (x.running) ::kill(x.pid, SIGTERM);
-            terminated = true;
+        // Every rank has ended: what they wrote is in the pipes, read it and stop (a process a rank
+        // left behind may hold its pipe open for as long as it likes).
+        if (!any_running) {
+            for (std::size_t k = 1; k < p.size(); ++k) {
+                Rank& x = ranks[std::size_t(who[k])];
+                pollfd one{x.out, POLLIN, 0};
+                while (::poll(&one, 1, 0) > 0 && drain(x, who[k])) {
+                }
+                if (!x.partial.empty()) emit(who[k], x.partial), x.partial.clear();
+            }
+            break;
         }
+        if (received && !signalled) {
+            signalled = received;
+            std::fprintf(stderr, "tessel-run: got %s; passing it to the ranks\n", strsignal(signalled));
+            send_all(signalled);
+            terminated = true, terminated_at = clock::now();
+        }
+        const auto now = clock::now();
+        if (failed >= 0 && !terminated && any_running && now - failed_at > grace_period) {
+            std::fprintf(stderr, "tessel-run: terminating the ranks still running %g s after rank %d failed\n", grace, failed);
+            send_all(SIGTERM);
+            terminated = true, terminated_at = now;
+        }
+        if (terminated && !killed && any_running && now - terminated_at > grace_period) {
+            std::fprintf(stderr, "tessel-run: killing the ranks still running %g s after they were asked to stop\n", grace);
+            send_all(SIGKILL);
+            killed = true;
+        }
+    }
+    if (signalled) {
+        ::signal(signalled, SIG_DFL);
+        ::raise(signalled);  // exit as the signal would have ended us (the shell sees 128 + signal)
+        return 128 + signalled;
     }
     if (failed < 0) return 0;
     const int s = ranks[std::size_t(failed)].status;
     return WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
+} catch (const tessel::InvalidArgument& e) {
+    usage(e.what());
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The README's first C++ block is examples/readme.cu's code between `// README begin` and
-`// README end` markers (after the file's tessel includes; main's closing brace ends both), so the
-example users copy is the one ctest examples.readme compiles, runs and checks.
+`// README end` markers (after the file's tessel includes; a last begin runs to the file's end), so
+the example users copy is the one ctest examples.readme compiles, runs and checks.
 
 Usage: readme_example.py SOURCE_DIR    (exit 1 with a diff when they differ)"""
 import difflib
@@ -26,7 +26,7 @@ def example_block(text):
             inside = False
         elif inside:
             out.append(line)
-    return out + ["}"]
+    return out
 
 
 def main():

@@ -1,10 +1,13 @@
-// Strict parsing of tessel's environment variables (TESSEL_SIM_*, TESSEL_ALLOC_CONF): a value is
-// all digits (and, for sizes, one unit), inside its documented range, or an InvalidArgument that
-// names the variable, the text and the accepted range. Nothing wraps, nothing is silently clamped.
+// Strict parsing of tessel's environment variables (TESSEL_SIM_*, TESSEL_ALLOC_CONF) and of the
+// tools' numeric arguments: a value is all digits (for sizes, one unit; for decimals, one point),
+// inside its documented range, or an InvalidArgument that names the variable or flag, the text and
+// the accepted range. Nothing wraps, nothing is silently clamped.
 #pragma once
 
 #include <cctype>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -56,6 +59,21 @@ inline std::uint64_t parse_bytes(const char* variable, const std::string& text, 
         fail<InvalidArgument>(variable, "='", text, "' is not a size between ", lo, " and ", hi,
                               " bytes (digits and an optional unit: B, KiB, MiB, GiB, TiB; e.g. 16GiB)");
     return v << shift;
+}
+
+// A decimal such as "0.5", "10" or "2." in [lo, hi] from `text`, the value of `variable` (seconds,
+// factors): digits with at most one point, no sign, exponent, "inf" or "nan".
+inline double parse_decimal(const char* variable, const std::string& text, double lo, double hi) {
+    bool digits = false, point = false, ok = true;
+    for (char c : text) {
+        if (c >= '0' && c <= '9') digits = true;
+        else if (c == '.' && !point) point = true;
+        else ok = false;
+    }
+    const double v = ok && digits ? std::strtod(text.c_str(), nullptr) : 0;  // the grammar is checked: strtod rounds it
+    if (!ok || !digits || !std::isfinite(v) || v < lo || v > hi)
+        fail<InvalidArgument>(variable, "='", text, "' is not a number between ", lo, " and ", hi);
+    return v;
 }
 
 }  // namespace tessel::env

@@ -147,12 +147,14 @@ inline Socket connect_to(const std::string& host, int port, std::chrono::millise
     }
 }
 
-// A listening socket on host:port (port 0: an ephemeral port; port() says which).
+// A listening socket on host:port (port 0: an ephemeral port; port() says which). host may name an
+// IPv4 or IPv6 address or a host name (the first of its addresses that binds is used); empty listens
+// on every interface.
 class Listener {
 public:
     Listener(const std::string& host, int port) {
         addrinfo hints{};
-        hints.ai_family = AF_INET;
+        hints.ai_family = AF_UNSPEC;
         hints.ai_socktype = SOCK_STREAM;
         hints.ai_flags = AI_PASSIVE;
         addrinfo* res = nullptr;
@@ -171,12 +173,22 @@ public:
         if (!s_.valid())
             throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + " (" + last +
                                (port ? "; is another job using this port? choose another MASTER_PORT)" : ")"));
-        sockaddr_in addr{};
+        sockaddr_storage addr{};
         socklen_t len = sizeof addr;
         ::getsockname(s_.fd(), reinterpret_cast<sockaddr*>(&addr), &len);
-        port_ = ntohs(addr.sin_port);
+        char numeric[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, numeric, sizeof numeric, service, sizeof service,
+                      NI_NUMERICHOST | NI_NUMERICSERV);
+        port_ = std::atoi(service);
+        address_ = numeric;
+        // A wildcard address is not one to connect to; the loopback of its family reaches it.
+        if (address_ == "0.0.0.0") address_ = "127.0.0.1";
+        if (address_ == "::") address_ = "::1";
     }
     int port() const { return port_; }
+    // The numeric address this listener is bound to, as a client on this host connects to it
+    // (the loopback address for a wildcard bind).
+    const std::string& address() const { return address_; }
     // The next connection; an invalid Socket once shutdown() was called.
     Socket accept() const {
         for (;;) {
@@ -195,6 +207,7 @@ public:
 private:
     Socket s_;
     int port_ = 0;
+    std::string address_;
 };
 
 // Little-endian-agnostic (same-machine or same-architecture) message building and parsing.

@@ -27,13 +27,17 @@ public:
     // is_server: listen on host:port (port 0 picks a free port: port() says which) and serve;
     // every instance then connects to host:port as a client.
     TcpStore(const std::string& host, int port, bool is_server, std::chrono::milliseconds timeout) : timeout_(timeout) {
+        // The serving rank connects to the address its listener took (MASTER_ADDR may be this
+        // host's address on a network, where the loopback address reaches nothing).
+        std::string connect_host = host;
         if (is_server) {
             server_ = std::make_unique<Server>(host, port);
             port = server_->listener.port();
+            connect_host = server_->listener.address();
         }
         port_ = port;
         try {
-            client_ = connect_to(is_server ? "127.0.0.1" : host, port, timeout);
+            client_ = connect_to(connect_host, port, timeout);
         } catch (const NetworkError& e) {
             throw NetworkError(std::string("TcpStore: rank 0's store at ") + host + ":" + std::to_string(port) +
                                " did not answer: " + e.what() + "; is rank 0 running, and MASTER_ADDR/MASTER_PORT the same on every rank?");
