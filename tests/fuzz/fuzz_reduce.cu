@@ -180,7 +180,8 @@ Expected reference(Op op, const std::vector<double>& v, std::int64_t correction,
             long double m2 = 0;
             for (double x : v) m2 += (x - mean) * (x - mean);
             const std::int64_t denom = K - correction;
-            const double var = denom > 0 ? double(m2 / denom) : std::nan("");
+            // torch divides by max(0, K - correction): m2 / 0 is inf, or NaN when m2 is 0.
+            const double var = denom > 0 ? double(m2 / denom) : m2 > 0 ? HUGE_VAL : std::nan("");
             const double tol = denom > 0 ? 4 * double(K) * uf * double(sq) / double(denom) : 0;
             if (op == Op::var) {
                 e.value = var;

@@ -350,6 +350,30 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
     }
 }
 
+// int64 values beyond 2^53, where doubles skip integers: computed in integers on both paths, every
+// value distinct and exact (start + i * step written out in integer arithmetic), up to int64's end.
+TEST_CASE("arange of int64 is exact beyond 2^53, on the device and the host", "[tensor][cast]") {
+    struct Range {
+        double start, stop, step;  // each a double exactly
+    };
+    const Range ranges[] = {{0x1p53 - 6, 0x1p53 + 1030, 1}, {0x1p63 - 4096, 0x1p63, 3}, {-0x1p60, -0x1p60 - 4096, -7}};
+    for (const Range& r : ranges)
+        for (MemorySpace space : {MemorySpace::device, MemorySpace::host}) {
+            const __int128 first = __int128(r.start), span = __int128(r.stop) - first, step = __int128(r.step);
+            const auto n = std::int64_t(span / step + (span % step != 0));
+            INFO("arange(" << r.start << ", " << r.stop << ", " << r.step << ") in " << space_name(space) << " memory: " << n << " elements");
+            if (space == MemorySpace::device) testing::poison_next<std::int64_t>({n}, 0x5A);
+            const Tensor<std::int64_t> t = arange<std::int64_t>(r.start, r.stop, r.step, {.space = space});
+            REQUIRE(t.shape() == Shape{n});
+            const auto v = t.to_vector();
+            std::size_t bad = 0;
+            for (std::int64_t i = 0; i < n; ++i) bad += __int128(v[std::size_t(i)]) != first + i * step;
+            CHECK(bad == 0);
+        }
+    // A last value of 2^63 + 1024 is beyond int64, though in doubles it rounds to 2^63 and passed.
+    CHECK_THROWS_WITH(arange<std::int64_t>(0x1p63 - 1024, 0x1p63 + 2048, 1024), Catch::Contains("beyond the range of int64"));
+}
+
 // to<U>() returns with its kernel queued; the source, allocated on another stream and dropped at
 // once, must not be reused by that stream before the kernel has read it. Stream b is kept busy so
 // the conversion runs late; stream a allocates and fills a tensor of the same size meanwhile.

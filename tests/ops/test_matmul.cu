@@ -165,6 +165,18 @@ TEMPLATE_TEST_CASE("matmul into an out tensor: alpha, beta, transposed and strid
         check_result(wide.slice(1, 0, 90, 2), ref, true, 1, 0, {}, "column-strided out");
         const auto rest = wide.slice(1, 1, 90, 2).contiguous().to_vector();
         CHECK(std::all_of(rest.begin(), rest.end(), [](T v) { return tessel::testing::to_double(v) == 7.0; }));
+        // out += a b as residual = out, and a residual that is out's transpose (a square product):
+        // every path must read the residual's values from before the call.
+        const auto R = make<T>({37, 45}, 7, true);
+        tessel::matmul(A.base, B.base, R.base, MatmulOptions{.policy = p}, tessel::MatmulEpilogue<T>{.residual = R.base});
+        check_result(R.base, ref, true, 1, 1, R.host, "residual = out");
+        const auto Q = make<T>({29, 29}, 8, true), Q2 = make<T>({29, 29}, 9, true), S = make<T>({29, 29}, 10, true);
+        const Reference qref = reference_matmul(Q.host, Q.base.shape(), Q2.host, Q2.base.shape());
+        std::vector<double> s_transposed(S.host.size());
+        for (std::size_t i = 0; i < 29; ++i)
+            for (std::size_t j = 0; j < 29; ++j) s_transposed[i * 29 + j] = S.host[j * 29 + i];
+        tessel::matmul(Q.base, Q2.base, S.base, MatmulOptions{.policy = p}, tessel::MatmulEpilogue<T>{.residual = S.base.transpose(0, 1)});
+        check_result(S.base, qref, true, 1, 1, s_transposed, "residual = out transposed");
         // K = 0: out = beta * out.
         const auto Z = make<T>({4, 6}, 4, true);
         tessel::matmul(make<T>({4, 0}, 5, true).base, make<T>({0, 6}, 6, true).base, Z.base, MatmulOptions{.beta = 3, .policy = p});

@@ -3,7 +3,9 @@
 // fails with probability below 1e-6 per check).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <tessel/ops/random.hpp>
 
@@ -65,7 +67,7 @@ TEMPLATE_TEST_CASE("uniform and normal moments", "[ops][random]", float, double,
     CHECK(std::fabs(mean - 3.5) < 5 * std::sqrt(0.75 / n) + (std::is_same_v<T, __nv_bfloat16> ? 0.02 : 0));
     CHECK(std::fabs(var - 0.75) < 0.01);
     CHECK(lo >= 2.0);
-    CHECK(hi <= 5.0);  // bf16 rounding may reach 5 exactly
+    CHECK(hi < 5.0);  // also for bf16, whose rounding would reach 5: such values become 2
     const auto z = g.normal<T>({n}, -1.0, 2.0).to_vector();
     s = s2 = 0;
     std::int64_t within = 0;
@@ -78,4 +80,46 @@ TEMPLATE_TEST_CASE("uniform and normal moments", "[ops][random]", float, double,
     CHECK(std::fabs(zm + 1.0) < 5 * 2.0 / std::sqrt(double(n)) + (std::is_same_v<T, __nv_bfloat16> ? 0.02 : 0));
     CHECK(std::fabs(zv - 4.0) < 0.05);
     CHECK(std::fabs(double(within) / n - 0.682689) < 0.003);  // within one sigma
+}
+
+TEST_CASE("uniform values stay below hi where rounding would reach it; ranges and offsets past the end are refused", "[ops][random]") {
+    // bf16 and half round 1 - u 2^-9 and 1 - u 2^-12 up to 1: those values become lo, as torch's do.
+    const auto b = Philox(7).uniform<__nv_bfloat16>({200000}).to_vector();
+    const auto h = Philox(7).uniform<__half>({200000}).to_vector();
+    CHECK(std::all_of(b.begin(), b.end(), [](auto v) { return convert<float>(v) >= 0.0f && convert<float>(v) < 1.0f; }));
+    CHECK(std::all_of(h.begin(), h.end(), [](auto v) { return convert<float>(v) >= 0.0f && convert<float>(v) < 1.0f; }));
+    // float on [1, 2): 1 + (1 - 2^-24) rounds to 2. Find the stream's first word giving u = 1 - 2^-24
+    // (top 24 bits set: one word in 2^24) and fill exactly that value.
+    std::uint64_t word = 0;
+    for (std::uint64_t blk = 0;; ++blk) {
+        const auto r = kernels::philox4x32_10(std::uint32_t(blk), std::uint32_t(blk >> 32), 0, 0, 11, 0);
+        int k = 0;
+        while (k < 4 && (r.w[k] >> 8) != 0xFFFFFFu) ++k;
+        if (k < 4) {
+            word = blk * 4 + std::uint64_t(k);
+            break;
+        }
+    }
+    REQUIRE(word > 0);
+    auto one = full<float>({3}, -7.0f);
+    uniform_fill(one, 11, word - 1, 1.0, 2.0);
+    const auto v = one.to_vector();
+    CHECK(v[1] == 1.0f);  // was 2.0f: the rounded-up value maps to lo
+    CHECK((v[0] >= 1.0f && v[0] < 2.0f && v[2] >= 1.0f && v[2] < 2.0f));
+
+    // Ranges whose values or width overflow the dtype (torch refuses them too).
+    auto f = empty<float>({4});
+    CHECK_THROWS_WITH(uniform_fill(f, 1, 0, -1e308, 1e308), Catch::Contains("uniform_fill: the range [-1e+308, 1e+308) of a float32 tensor"));
+    CHECK_THROWS_WITH(uniform_fill(f, 1, 0, -3e38, 3e38), Catch::Contains("be at most"));
+    auto d = empty<double>({4});
+    CHECK_THROWS_AS(uniform_fill(d, 1, 0, -1.7e308, 1.7e308), InvalidArgument);
+    auto bf = empty<__nv_bfloat16>({4});
+    CHECK_THROWS_AS(uniform_fill(bf, 1, 0, 0.0, 1e39), InvalidArgument);
+    // Offsets past the end of the 2^64-value stream: refused, not wrapped to values never written.
+    CHECK_THROWS_WITH(uniform_fill(f, 1, std::numeric_limits<std::uint64_t>::max() - 1), Catch::Contains("pass the end of the stream"));
+    Philox late(1, std::numeric_limits<std::uint64_t>::max() - 2);
+    CHECK_THROWS_WITH(late.uniform<float>({4}), Catch::Contains("passes the end of the stream"));
+    CHECK(late.offset() == std::numeric_limits<std::uint64_t>::max() - 2);  // nothing taken
+    Philox near(1, std::numeric_limits<std::uint64_t>::max() - 64);
+    CHECK(near.uniform<float>({4}).to_vector() != Philox(1).uniform<float>({4}).to_vector());
 }

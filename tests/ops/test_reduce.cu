@@ -260,6 +260,17 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     auto x = random_input<float>({31, 33}, 11);
     CHECK_THROWS_WITH(sum(x.dev, {2}), Catch::Contains("axis 2 out of range") && Catch::Contains("[31, 33]"));
     CHECK_THROWS_WITH(sum(x.dev, {1, -1}), Catch::Contains("given twice"));
+    // A 0-d tensor reduces over axis 0 or -1 (torch wraps its dims as if it had one); not over 1 or -2.
+    const auto scalar = full<float>({}, 3.f);
+    CHECK(sum(scalar, {-1}).item() == 3.f);
+    CHECK(sum(scalar, {0}).item() == 3.f);
+    CHECK_THROWS_WITH(sum(scalar, {-2}), Catch::Contains("axis -2 out of range"));
+    // A correction of n or more divides by 0, as torch's max(0, n - correction): inf, or NaN when
+    // the values are all equal (0 / 0).
+    CHECK(std::isinf(var(from_host<float>({1.f, 2.f}, {2}), {}, 2).item()));
+    CHECK(std::isinf(var(from_host<float>({1.f, 2.f}, {2}), {}, 5).item()));
+    CHECK(std::isnan(var(from_host<float>({4.f, 4.f}, {2}), {}, 2).item()));
+    CHECK(var(from_host<float>({1.f, 2.f}, {2}), {}, 1).item() == 0.5f);
     CHECK_THROWS_WITH(sum(x.host), Catch::Contains("host memory"));
 
     // A transposed and a sliced view.

@@ -60,6 +60,10 @@ BAD("expressions", "an undefined operand", Expect::invalid_argument, "undefined"
 BAD("expressions", "a broadcast output", Expect::invalid_argument, "repeats elements") {
     (dev({1, 3}).expand({4, 3}) = dev({4, 3}) + 1).run();
 };
+BAD("expressions", "an overlapping output", Expect::invalid_argument, "an overlapping view") {
+    const auto base = zeros<float>({8});  // a 3 x 3 view with strides (1, 1): element [0, 1] is element [1, 0]
+    (from_blob<float>(base.data(), {3, 3}, MemorySpace::device, Device{0}, {}, Shape{1, 1}) = arange<float>(0, 9).view({3, 3}) + 0).run();
+};
 BAD("expressions", "Tensor<float> d = host + 1", Expect::invalid_argument, "host") { Tensor<float> d = host({3}) + 1.f; };
 BAD("expressions", "an invalid stream", Expect::cuda_error, "not a live stream") { (dev({3}) = dev({3}) + 1).run(bogus_stream()); };
 BAD("expressions", "a destroyed stream", Expect::cuda_error, "not a live stream") {
@@ -201,6 +205,10 @@ DEFINED("random", "uniform with lo == hi is constant") {
 };
 
 // ---- mixed precision ----------------------------------------------------------------------------------
+BAD("amp", "unscale_and_check without a flag", Expect::invalid_argument, "found_nonfinite is a null pointer") {
+    const std::vector<Tensor<float>> g{dev({4})};
+    unscale_and_check<float>(g, 0.5f, nullptr, current_stream().handle());
+};
 BAD("amp", "unscale a strided gradient", Expect::invalid_argument, "contiguous device tensor") {
     DynamicLossScaler s;
     s.unscale({dev({4, 4}).transpose(0, 1)});
@@ -249,6 +257,15 @@ BAD("quantize", "per-channel scale of the wrong size", Expect::invalid_argument,
 };
 BAD("quantize", "a NaN scale", Expect::invalid_argument, "scale must be positive") {
     (void)quantize(dev({4}), QuantParams{std::nan(""), 0});
+};
+BAD("quantize", "a zero scale in one channel", Expect::invalid_argument, "channel 1 has scale 0; scales must be positive") {
+    (void)quantize(dev({3, 4}), ChannelQuantParams{from_host<float>({1.f, 0.f, 2.f}, {3}), zeros<I32>({3}), 0});
+};
+BAD("quantize", "a negative scale in one channel", Expect::invalid_argument, "channel 2 has scale -1") {
+    (void)quantize(dev({3, 4}), ChannelQuantParams{from_host<float>({1.f, 1.f, -1.f}, {3}), zeros<I32>({3}), 0});
+};
+BAD("quantize", "a channel's zero point outside int8", Expect::invalid_argument, "channel 0 has zero point 1000, outside int8") {
+    (void)quantize(dev({3, 4}), ChannelQuantParams{full<float>({3}, 1.f), from_host<I32>({1000, 0, 0}, {3}), 0});
 };
 
 // ---- streams ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <tessel/runtime/launch.hpp>
 #include <tessel/tensor/tensor.hpp>
 
+#include <limits>
 #include <numeric>
 
 #include "../support/device_array.hpp"
@@ -192,6 +193,19 @@ TEST_CASE("printing shows dtype, shape, place and the corner values", "[tensor][
     CHECK(s.find("...") != std::string::npos);
     CHECK(s.find("99") != std::string::npos);
     CHECK(s.find("[0, 1, 2, ..., 7, 8, 9]") != std::string::npos);
+    // Both dims long, edge 2: the rows and columns kept, a strided view's corners gathered from the device.
+    const auto grid = tessel::arange<int>(0, 30).view({5, 6});
+    const std::string head = std::string("tensor(int32, shape [5, 6], device ") + tessel::backend_name + ":0)\n";
+    CHECK(grid.to_string(2) == head + "[[0, 1, ..., 4, 5],\n [6, 7, ..., 10, 11],\n ...,\n [18, 19, ..., 22, 23],\n [24, 25, ..., 28, 29]]");
+    CHECK(grid.transpose(0, 1).to_string(2).find("[[0, 6, ..., 18, 24],\n [1, 7, ..., 19, 25],\n ...,\n [4, 10, ..., 22, 28],\n [5, 11, ..., 23, 29]]") !=
+          std::string::npos);
+    // A view of 2^40 elements (stride 0) prints its corners without copying the rest.
+    const auto huge = tessel::full<float>({1, 1}, 2.f).expand({std::int64_t(1) << 20, std::int64_t(1) << 20});
+    CHECK(huge.to_string().find("[[2, 2, 2, ..., 2, 2, 2],") != std::string::npos);
+    // Any edge from 1 up prints; an edge that shows nothing is refused.
+    CHECK(small.to_string(std::numeric_limits<int>::max()).find("[[1, 2, 3],") != std::string::npos);
+    CHECK(small.to_string(1).find("[[1, ..., 3],") != std::string::npos);
+    CHECK_THROWS_WITH(small.to_string(0), Catch::Contains("edge = 0"));
 }
 
 TEST_CASE("managed tensors prefetch and take advice; other spaces refuse", "[tensor][managed]") {

@@ -39,6 +39,8 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
                 "unscale_and_check: tensor ", k, " must be a contiguous device tensor on ", backend_name, ":", device.index,
                 "; its shape: ", ::tessel::detail::shape_of(t));
     }
+    require(found_nonfinite != nullptr, "unscale_and_check: found_nonfinite is a null pointer; pass a device word (set to 0) that "
+            "the kernel raises to 1 on an inf or NaN, as DynamicLossScaler does");
     DeviceGuard guard(device);
     for (std::size_t first = 0; first < tensors.size(); first += amp_tensors_per_launch) {
         List list{};

@@ -194,6 +194,9 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
         require(shape[d] <= 1 || out_.strides()[d] != 0, "expression assignment: the output (shape ", shape,
                 ", strides ", out_.strides(), ") repeats elements along dim ", d,
                 " (a broadcast view); write into a tensor whose elements are distinct");
+    require(::tessel::detail::distinct_elements(out_.layout()), "expression assignment: the output (shape ", shape, ", strides ",
+            out_.strides(), ") reaches some elements through more than one index (an overlapping view), so threads "
+            "would race to write them; write into a tensor whose elements are distinct");
 
     std::vector<LeafPlan> leaves = detail::leaf_plans(expr_, shape, device, "the output");
     const std::int64_t n = out_.numel();

@@ -191,20 +191,32 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
             " and ", b.shape(), " has shape ", s.result);
     require(::tessel::detail::distinct_elements(out.layout()), "matmul: out (shape ", out.shape(), ", strides ",
             out.strides(), ") repeats elements (a broadcast or overlapping view); write into a tensor whose elements are distinct");
+    const MatmulEpilogue<Out>* e = &epilogue;
+    MatmulEpilogue<Out> copied;
     if (out.numel() > 0) {
         const auto ro = ops::detail::byte_range(out.data(), out.layout(), sizeof(Out));
-        auto check = [&](const auto& t, const char* name) {
-            if (t.numel() == 0) return;
+        auto overlaps = [&](const auto& t) {
+            if (t.numel() == 0) return false;
             const auto r = ops::detail::byte_range(t.data(), t.layout(), sizeof(*t.data()));
-            require(r.second < ro.first || ro.second < r.first, "matmul: out (shape ", out.shape(), ", strides ",
-                    out.strides(), ") shares memory with ", name, "; a product cannot be written over its own input: use "
-                    "another output tensor");
+            return !(r.second < ro.first || ro.second < r.first);
+        };
+        auto check = [&](const auto& t, const char* name) {
+            require(!overlaps(t), "matmul: out (shape ", out.shape(), ", strides ", out.strides(), ") shares memory with ", name,
+                    "; a product cannot be written over its own input: use another output tensor");
         };
         check(a, "a");
         check(b, "b");
         if (epilogue.bias) check(*epilogue.bias, "the bias");
+        // out += a @ b as residual = out: the library path writes the product into out before its
+        // epilogue reads the residual, and a residual laid out otherwise than out would be read
+        // after other blocks wrote it; one copy of the residual makes every path read the old values.
+        if (epilogue.residual && overlaps(*epilogue.residual)) {
+            copied = epilogue;
+            copied.residual = epilogue.residual->clone();
+            e = &copied;
+        }
     }
-    ops::detail::matmul_into(a, b, out, s, options, epilogue, site);
+    ops::detail::matmul_into(a, b, out, s, options, *e, site);
 }
 
 // a @ b (with the epilogue) as a new contiguous tensor of a's dtype (int32 for int8, fp32 for fp8), with

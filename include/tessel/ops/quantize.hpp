@@ -88,6 +88,16 @@ Tensor<std::int8_t> quantize(const Tensor<T>& x, const ChannelQuantParams& p) {
     const int a = ops::detail::wrap_axis(p.axis, x.dim());
     const auto s = ops::detail::along_axis(p.scale, a, x.dim(), x.size(a), "scale");
     const auto z = ops::detail::along_axis(p.zero_point, a, x.dim(), x.size(a), "zero_point");
+    // The per-tensor form's checks, channel by channel: the parameters are read back once (C values,
+    // a wait for the stream; quantising a weight is not a hot loop) so that a zero, negative or NaN
+    // scale is an error naming the channel rather than a tensor of saturated codes.
+    const std::vector<float> scales = p.scale.to_vector();
+    const std::vector<std::int32_t> zeros = p.zero_point.to_vector();
+    for (std::size_t c = 0; c < scales.size(); ++c) {
+        require(scales[c] > 0 && std::isfinite(scales[c]), "quantize: channel ", c, " has scale ", scales[c],
+                "; scales must be positive and finite");
+        require(zeros[c] >= -128 && zeros[c] <= 127, "quantize: channel ", c, " has zero point ", zeros[c], ", outside int8");
+    }
     Tensor<std::int8_t> q = empty<std::int8_t>(x.shape(), {.device = x.device()});
     (q = cast_to<std::int8_t>(clamp(round(cast_to<float>(x) / s) + z, -128, 127))).run();
     return q;

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cmath>
-
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <source_location>
 
@@ -37,10 +37,16 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
     const Device device = t.device();
     DeviceGuard guard(device);
     constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+    require(offset <= std::numeric_limits<std::uint64_t>::max() - per_block - n, name, ": values ", offset, " .. ", offset,
+            " + ", n, " pass the end of the stream's 2^64 values; start at a smaller offset or take another seed");
     const std::uint64_t blocks_needed = (offset % per_block + n + per_block - 1) / per_block;
     const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(max_blocks(device, 32))));
     const rt::stream_t s = stream ? *stream : current_stream(device).handle();
-    launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, s, t.data(), n, seed, offset, a, b);
+    // The smallest value of the kernel's compute type at or above b (uniform's exclusive bound).
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    C limit = C(b);
+    if (double(limit) < b) limit = std::nextafter(limit, std::numeric_limits<C>::infinity());
+    launch(kernels::random_fill<D, T>, GridDim(grid, site), dim3(256), 0, s, t.data(), n, seed, offset, a, b, double(limit));
     t.storage()->note_write(s, device);
 }
 }  // namespace ops::detail
@@ -50,6 +56,14 @@ void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, 
                   std::source_location site) {
     require(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "uniform_fill: the range [", lo, ", ", hi,
             ") must be finite with lo <= hi");
+    // As torch's uniform_: the bounds and the width within the dtype's finite range (else lo + (hi -
+    // lo) u overflows to inf, or to NaN for hi - lo).
+    if constexpr (ops::is_float_type<T>) {
+        const double largest = double(convert<float>(::tessel::detail::largest_finite<T>()));
+        const double top = std::is_same_v<T, double> ? std::numeric_limits<double>::max() : largest;
+        require(lo >= -top && hi <= top && hi - lo <= top, "uniform_fill: the range [", lo, ", ", hi, ") of a ", dtype_name(dtype_of<T>),
+                " tensor must lie within +-", top, " and be at most ", top, " wide");
+    }
     ops::detail::random_fill<kernels::Distribution::uniform>("uniform_fill", t, seed, offset, lo, hi, stream, site);
 }
 template <Element T>
@@ -88,9 +102,11 @@ private:
     // Returns the first value's index in T's units and advances past the draw.
     template <class T>
     std::uint64_t take(std::int64_t n) {
-        constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
-        const std::uint64_t block = (offset_ + 3) / 4;
-        offset_ = (block + (std::uint64_t(n) + per_block - 1) / per_block) * 4;
+        constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4, blocks_in_stream = std::uint64_t(1) << 62;
+        const std::uint64_t block = offset_ / 4 + (offset_ % 4 != 0), blocks = (std::uint64_t(n) + per_block - 1) / per_block;
+        require(block <= blocks_in_stream && blocks < blocks_in_stream - block, "Philox(seed ", seed_, "): a draw of ", n,
+                " values at word ", offset_, " passes the end of the stream's 2^64 words; take another seed");
+        offset_ = (block + blocks) * 4;  // below 2^64: the stream's very last block is never handed out, so this cannot wrap to 0
         return block * per_block;
     }
     std::uint64_t seed_, offset_;

@@ -70,8 +70,9 @@ inline ReductionPlan plan_reduction(const char* name, const Shape& shape, const 
     std::array<bool, max_rank> reduced{};
     if (axes.dims.empty()) reduced.fill(true);
     for (int d : axes.dims) {
-        require(d >= -rank && d < std::max(rank, 1), name, ": axis ", d, " out of range for a tensor of rank ", rank, " (shape ",
-                shape, ")");
+        // A 0-d tensor takes axis 0 and -1, as torch (its dims wrap as if it had one).
+        require(d >= -std::max(rank, 1) && d < std::max(rank, 1), name, ": axis ", d, " out of range for a tensor of rank ", rank,
+                " (shape ", shape, ")");
         const int w = d < 0 ? d + rank : d;
         require(rank == 0 || !reduced[std::size_t(w)], name, ": axis ", d, " given twice");
         if (rank > 0) reduced[std::size_t(w)] = true;

@@ -148,9 +148,11 @@ struct VarianceReducer {
         const F delta = b.mean - a.mean, wb = F(b.count) / F(n);
         return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
     }
+    // Divided by max(0, n - correction), as torch: a correction of n or more gives inf (0/0: NaN
+    // when every value is equal, and for no values).
     __host__ __device__ out_t finish(acc_t a, std::int64_t) const {
-        const F denom = F(a.count - correction);
-        const F var = denom > F(0) ? a.m2 / denom : std::numeric_limits<F>::quiet_NaN();
+        const F denom = a.count > correction ? F(a.count - correction) : F(0);
+        const F var = a.m2 / denom;
         return cast<out_t>(Std ? math::sqrt(var) : var);
     }
 };

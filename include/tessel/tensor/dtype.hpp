@@ -119,6 +119,17 @@ __host__ __device__ inline To float_to_int_saturating(From v) {
     if (v >= hi) return std::numeric_limits<To>::max();
     return static_cast<To>(v);
 }
+
+// Whether arange's int64 values are computed in integers (start and step whole numbers of int64's
+// range): beyond 2^53 doubles skip integers, and start + i * step in double would repeat values.
+__host__ __device__ inline bool arange_in_integers(double start, double step) {
+    return start >= -0x1p63 && start < 0x1p63 && step >= -0x1p63 && step < 0x1p63 && double(std::int64_t(start)) == start &&
+           double(std::int64_t(step)) == step;
+}
+// Value i of such an arange: modulo 2^64, which is the value itself whenever it fits in int64.
+__host__ __device__ inline std::int64_t arange_integer(std::uint64_t i, double start, double step) {
+    return std::int64_t(std::uint64_t(std::int64_t(start)) + i * std::uint64_t(std::int64_t(step)));
+}
 }  // namespace detail
 
 // Value conversions on the host, with the device's semantics (tessel::ops::cast): the reduced types

@@ -317,6 +317,12 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         else lowest = -double(convert<float>(detail::largest_finite<T>())), highest = double(convert<float>(detail::largest_finite<T>()));
         require(lo >= lowest && hi <= highest, "arange: the values run from ", lo, " to ", hi, ", beyond the range of ",
                 dtype_traits<T>::name, " [", lowest, ", ", highest, "]");
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            if (detail::arange_in_integers(start, step)) {  // the last value exactly (the doubles above round near 2^63)
+                const __int128 end = __int128(std::int64_t(start)) + __int128(n - 1) * std::int64_t(step);
+                require(end >= std::numeric_limits<T>::lowest() && end <= std::numeric_limits<T>::max(), "arange: the last value ",
+                        std::int64_t(start), " + ", n - 1, " * ", std::int64_t(step), " is beyond the range of int64");
+            }
     }
     if (const detail::DeviceArangeFn fill = detail::device_arange.load(); fill && !is_plain_host(o.space)) {
         Tensor<T> t = empty<T>(Shape{n}, o);
@@ -324,7 +330,14 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         return t;
     }
     detail::HostArray<T> h(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // n >= 0: said for g++'s -Walloc-size-larger-than
-    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(std::fma(double(i), step, start));  // rounded once, as the kernel
+    for (std::int64_t i = 0; i < n; ++i) {  // rounded once, or in integers, as the kernel
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            if (detail::arange_in_integers(start, step)) {
+                h.data()[i] = detail::arange_integer(std::uint64_t(i), start, step);
+                continue;
+            }
+        h.data()[i] = convert<T>(std::fma(double(i), step, start));
+    }
     return from_host<T>(h.span(), Shape{n}, o);
 }
 

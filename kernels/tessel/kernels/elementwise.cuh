@@ -77,23 +77,30 @@ __global__ void convert_truncating(const From* __restrict__ src, To* __restrict_
 }
 
 // out[i] = cast<T>(start + i * step) for i < n, as one fused multiply-add rounded once (which IEEE
-// defines exactly, so the host's std::fma gives the same values whatever a compiler contracts);
-// V elements per 16-byte store when the host found `out` aligned, the tail one by one.
+// defines exactly, so the host's std::fma gives the same values whatever a compiler contracts), or
+// for int64 with whole start and step in integers (exact beyond 2^53); V elements per 16-byte store
+// when the host found `out` aligned, the tail one by one.
 // budget: threads 256, registers 40, hot
 template <int V, class T>
 __global__ void arange(T* __restrict__ out, std::size_t n, double start, double step) {
     struct alignas(sizeof(T) * V) Vector {
         T v[V];
     };
+    const bool integers = std::is_same_v<T, std::int64_t> && ::tessel::detail::arange_in_integers(start, step);
+    auto value = [&](std::size_t i) {
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            if (integers) return ::tessel::detail::arange_integer(i, start, step);
+        return ops::cast<T>(__fma_rn(double(i), step, start));
+    };
     const std::size_t stride = std::size_t(gridDim.x) * blockDim.x, first = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const std::size_t vectors = n / V;
     for (std::size_t i = first; i < vectors; i += stride) {
         Vector values;
 #pragma unroll
-        for (int k = 0; k < V; ++k) values.v[k] = ops::cast<T>(__fma_rn(double(i * V + std::size_t(k)), step, start));
+        for (int k = 0; k < V; ++k) values.v[k] = value(i * V + std::size_t(k));
         reinterpret_cast<Vector*>(out)[i] = values;
     }
-    for (std::size_t i = vectors * V + first; i < n; i += stride) out[i] = ops::cast<T>(__fma_rn(double(i), step, start));
+    for (std::size_t i = vectors * V + first; i < n; i += stride) out[i] = value(i);
 }
 
 }  // namespace tessel::kernels

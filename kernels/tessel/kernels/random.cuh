@@ -42,10 +42,13 @@ enum class Distribution { uniform, normal };
 
 // Fills out[0, n) with values offset .. offset + n - 1 of the stream: uniform in [a, b), or normal
 // with mean a and standard deviation b (Box-Muller on the block's two word pairs). double values use
-// two words each, so a block holds two of them.
+// two words each, so a block holds two of them. `limit` (uniform) is the smallest value of the
+// compute type at or above b: a value that rounds up to it (a + (b - a) u rounds, and so does the
+// store to a narrower T) becomes a, as torch does, which keeps [a, b) and the lowest value's share.
 // budget: threads 256, registers 40
 template <Distribution D, class T>
-__global__ void random_fill(T* __restrict__ out, std::uint64_t n, std::uint64_t seed, std::uint64_t offset, double a, double b) {
+__global__ void random_fill(T* __restrict__ out, std::uint64_t n, std::uint64_t seed, std::uint64_t offset, double a, double b,
+                            double limit) {
     constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;  // float math for float and narrower
     const std::uint64_t first = offset / per_block, last = (offset + n + per_block - 1) / per_block;
@@ -73,7 +76,10 @@ __global__ void random_fill(T* __restrict__ out, std::uint64_t n, std::uint64_t 
         }
         for (int k = 0; k < int(per_block); ++k) {
             const std::uint64_t e = blk * per_block + std::uint64_t(k);
-            if (e >= offset && e < offset + n) out[e - offset] = ops::cast<T>(v[k]);
+            T t = ops::cast<T>(v[k]);
+            if constexpr (D == Distribution::uniform)
+                if (!(ops::cast<C>(t) < C(limit))) t = ops::cast<T>(C(a));
+            if (e >= offset && e < offset + n) out[e - offset] = t;
         }
     }
 }
