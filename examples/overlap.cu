@@ -1,6 +1,7 @@
 // Copy/compute overlap: y = relu(2x + 1) over 32M floats in host memory, through the device in
 // 4M-element chunks on 3 streams (uploads, kernels and downloads of different chunks overlap),
 // against the same work done serially on one stream in one piece.
+#include <tessel/core/env.hpp>
 #include <tessel/kernels/elementwise.cuh>
 #include <tessel/runtime/launch.hpp>
 #include <tessel/stream/pipeline.hpp>
@@ -29,7 +30,9 @@ int main(int argc, char** argv) try {
         std::printf("SKIPPED: %s\n", tessel::unavailable_reason().c_str());
         return 77;
     }
-    const std::size_t n = argc > 1 ? std::size_t(std::atoll(argv[1])) : (std::size_t(1) << 25);
+    // Elements to stream (default 2^25): digits only, 1 to 2^32 (a bad count is an error, not 0).
+    const std::size_t n = argc > 1 ? std::size_t(tessel::env::parse_integer("overlap: the element count", argv[1], 1, std::uint64_t(1) << 32))
+                                   : (std::size_t(1) << 25);
     std::vector<float> x(n), y(n, -1.f), serial(n, -1.f);
     for (std::size_t i = 0; i < n; ++i) x[i] = float(int(i % 2001) - 1000) * 0.001f;
 

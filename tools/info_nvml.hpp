@@ -120,7 +120,7 @@ struct Format {
 // --format=csv[,noheader][,nounits] | json
 inline Format parse_format(const std::string& text) {
     Format f;
-    if (text.empty()) throw std::invalid_argument("--format: empty; csv[,noheader][,nounits] or json");
+    if (text.empty() || text.back() == ',') throw std::invalid_argument("--format: '" + text + "' is not csv[,noheader][,nounits] or json");
     std::stringstream ss(text);
     bool first = true;
     for (std::string w; std::getline(ss, w, ','); first = false) {
@@ -245,7 +245,7 @@ inline std::string prometheus_text() {
 
 // Writes the exposition to `path` atomically (a temporary in the same directory, then rename), as
 // the textfile collector requires; "-" writes to stdout. A symbolic link's target is replaced, not
-// the link; a path that is not a regular file (a pipe, /dev/stdout) is written in place.
+// the link; a path that is not a regular file (a pipe, a terminal) is written in place.
 inline void write_prometheus(const std::string& path) {
     namespace fs = std::filesystem;
     const std::string text = prometheus_text();

@@ -39,7 +39,7 @@ struct Json {
         bool ok = kind == number && !str.empty();
         for (char c : str) {
             const unsigned d = unsigned(c - '0');
-            if (d > 9 || v > (max - d) / 10) ok = false;
+            if (d > 9 || v > max / 10 || max - v * 10 < d) ok = false;
             else v = v * 10 + d;
             if (!ok) break;
         }
@@ -185,13 +185,13 @@ inline std::vector<tessel::memory::SegmentInfo> read_snapshot(const std::string&
             if (b.kind != Json::array || b.items.size() != 4)
                 throw std::runtime_error("--memory-snapshot: a block is [size, requested, allocated, active]");
             const std::uint64_t size = b.items[0].u64("block size", seg.total_size);
+            if (size > seg.total_size - in_blocks)
+                throw std::runtime_error("--memory-snapshot: the blocks of a segment add up to more than its total_size " +
+                                         std::to_string(seg.total_size));
             seg.blocks.push_back({size, b.items[1].u64("block requested size", size), b.items[2].flag("block allocated"),
                                   b.items[3].flag("block active")});
-            in_blocks += size;
+            in_blocks += size;  // at most total_size: each size was checked against what is left
         }
-        if (in_blocks > seg.total_size)
-            throw std::runtime_error("--memory-snapshot: the blocks of a segment add up to " + std::to_string(in_blocks) +
-                                     " bytes, more than its total_size " + std::to_string(seg.total_size));
         out.push_back(std::move(seg));
     }
     return out;

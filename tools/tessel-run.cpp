@@ -13,12 +13,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -67,20 +69,22 @@ void emit(int rank, const std::string& line) {
     std::fflush(stdout);
 }
 
-// Forwards what rank r wrote; false at end of stream.
-bool drain(Rank& r, int index) {
-    char buf[4096];
-    const ssize_t k = ::read(r.out, buf, sizeof buf);
-    if (k <= 0) {
-        if (!r.partial.empty()) emit(index, r.partial), r.partial.clear();
-        return false;
-    }
-    r.partial.append(buf, std::size_t(k));
+// Forwards the whole lines among what rank r wrote so far plus `n` more bytes; `last`: the rest too.
+void forward(Rank& r, int index, const char* data, std::size_t n, bool last) {
+    r.partial.append(data, n);
     for (std::size_t nl; (nl = r.partial.find('\n')) != std::string::npos;) {
         emit(index, r.partial.substr(0, nl));
         r.partial.erase(0, nl + 1);
     }
-    return true;
+    if (last && !r.partial.empty()) emit(index, r.partial), r.partial.clear();
+}
+
+// Forwards what rank r wrote; false at end of stream.
+bool drain(Rank& r, int index) {
+    char buf[4096];
+    const ssize_t k = ::read(r.out, buf, sizeof buf);
+    forward(r, index, buf, std::size_t(std::max<ssize_t>(k, 0)), k <= 0);
+    return k > 0;
 }
 
 // The signal asked of tessel-run (0: none yet); the handler also wakes poll through a pipe.
@@ -127,32 +131,54 @@ int main(int argc, char** argv) try {
     if (port == 0) port = free_port();
 
     if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return std::perror("tessel-run: pipe"), 1;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    ::sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+    // The signals passed on to the ranks; one this process was started ignoring (nohup, a shell's
+    // background job) stays ignored here and in the ranks, as it was before tessel-run.
+    std::vector<int> forwarded;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+        struct sigaction old {};
+        if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        struct sigaction sa {};
+        sa.sa_handler = on_signal;
+        sa.sa_flags = SA_RESTART;  // a forwarded line's write is not cut short by the signal
+        ::sigemptyset(&sa.sa_mask);
+        ::sigaction(sig, &sa, nullptr);
+        forwarded.push_back(sig);
+    }
+    sigset_t forwarded_set;
+    ::sigemptyset(&forwarded_set);
+    for (int sig : forwarded) ::sigaddset(&forwarded_set, sig);
 
     std::vector<Rank> ranks(static_cast<std::size_t>(n));
     const pid_t parent = ::getpid();
     // Ends the ranks already started when a later one cannot be (no orphans left behind).
-    auto abandon = [&](const char* what) {
-        std::perror(what);
+    auto abandon = [&](const char* what, int error) {
+        std::fprintf(stderr, "%s: %s\n", what, std::strerror(error));
         for (auto& x : ranks)
             if (x.pid > 0) ::kill(x.pid, SIGKILL), ::waitpid(x.pid, nullptr, 0);
         return 1;
     };
     for (int r = 0; r < n; ++r) {
         int fds[2];
-        if (::pipe2(fds, O_CLOEXEC) != 0) return abandon("tessel-run: pipe");
+        if (::pipe2(fds, O_CLOEXEC) != 0) return abandon("tessel-run: pipe", errno);
+        // Blocked across fork: a signal passed on before the child has reset its handlers would run
+        // tessel-run's handler in the child and be lost; blocked, it stays pending until then.
+        sigset_t before;
+        ::sigprocmask(SIG_BLOCK, &forwarded_set, &before);
         const pid_t pid = ::fork();
-        if (pid < 0) return ::close(fds[0]), ::close(fds[1]), abandon("tessel-run: fork");
+        if (pid < 0) {
+            const int error = errno;
+            ::sigprocmask(SIG_SETMASK, &before, nullptr);
+            ::close(fds[0]), ::close(fds[1]);
+            return abandon("tessel-run: fork", error);
+        }
         if (pid == 0) {
             // A rank outlives nothing: if tessel-run dies (even by SIGKILL), the rank gets SIGTERM.
             ::prctl(PR_SET_PDEATHSIG, SIGTERM);
             if (::getppid() != parent) std::_Exit(143);
             struct sigaction dfl {};
             dfl.sa_handler = SIG_DFL;
-            for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+            for (int sig : forwarded) ::sigaction(sig, &dfl, nullptr);
+            ::sigprocmask(SIG_SETMASK, &before, nullptr);  // a pending signal now acts as it would on the program
             ::dup2(fds[1], 1);
             ::dup2(fds[1], 2);
             ::setenv("MASTER_ADDR", "127.0.0.1", 0);
@@ -168,6 +194,7 @@ int main(int argc, char** argv) try {
             std::fprintf(stderr, "tessel-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
             std::_Exit(127);
         }
+        ::sigprocmask(SIG_SETMASK, &before, nullptr);
         ::close(fds[1]);
         ranks[std::size_t(r)].pid = pid;
         ranks[std::size_t(r)].out = fds[0];
@@ -192,6 +219,14 @@ int main(int argc, char** argv) try {
         char drop[64];
         while (::read(wake_pipe[0], drop, sizeof drop) > 0) {
         }
+        // A signal first: with Ctrl-C the ranks die of it at the same moment, and their deaths must
+        // not be taken for failures (tessel-run then ends by the signal, as the shell expects).
+        if (received && !signalled) {
+            signalled = received;
+            std::fprintf(stderr, "tessel-run: got %s; passing it to the ranks\n", strsignal(signalled));
+            send_all(signalled);
+            terminated = true, terminated_at = clock::now();
+        }
         for (std::size_t k = 1; k < p.size(); ++k)
             if (p[k].revents && !drain(ranks[std::size_t(who[k])], who[k]))
                 ::close(ranks[std::size_t(who[k])].out), ranks[std::size_t(who[k])].out = -1;
@@ -208,23 +243,18 @@ int main(int argc, char** argv) try {
             }
             any_running |= x.running;
         }
-        // Every rank has ended: what they wrote is in the pipes, read it and stop (a process a rank
-        // left behind may hold its pipe open for as long as it likes).
+        // Every rank has ended: what they wrote is in the pipes; read that much and stop (a process
+        // a rank left behind may hold its pipe open, and write to it, for as long as it likes).
         if (!any_running) {
             for (std::size_t k = 1; k < p.size(); ++k) {
                 Rank& x = ranks[std::size_t(who[k])];
-                pollfd one{x.out, POLLIN, 0};
-                while (::poll(&one, 1, 0) > 0 && drain(x, who[k])) {
-                }
-                if (!x.partial.empty()) emit(who[k], x.partial), x.partial.clear();
+                int buffered = 0;
+                ::ioctl(x.out, FIONREAD, &buffered);
+                std::string rest(std::size_t(std::max(buffered, 0)), '\0');
+                const ssize_t got = buffered > 0 ? ::read(x.out, rest.data(), rest.size()) : 0;
+                forward(x, who[k], rest.data(), std::size_t(std::max<ssize_t>(got, 0)), true);
             }
             break;
-        }
-        if (received && !signalled) {
-            signalled = received;
-            std::fprintf(stderr, "tessel-run: got %s; passing it to the ranks\n", strsignal(signalled));
-            send_all(signalled);
-            terminated = true, terminated_at = clock::now();
         }
         const auto now = clock::now();
         if (failed >= 0 && !terminated && any_running && now - failed_at > grace_period) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -274,6 +275,12 @@ TEST_CASE("TcpStore: set, get and add across clients; get and connect time out n
     for (const auto& g : got) CHECK(g == std::string("\0binary\xff", 8));
     std::sort(counts.begin(), counts.end());
     CHECK(counts == std::vector<std::int64_t>{1, 2, 3});
+    CHECK(server.add("joined", 0) == 3);
+    // add() on a key holding text, or past int64: an error for that call; the store serves on.
+    server.set("text", "abc");
+    CHECK_THROWS_WITH(server.add("text", 1), Catch::Contains("key 'text' holds 'abc'"));
+    CHECK(server.add("big", std::numeric_limits<std::int64_t>::max()) == std::numeric_limits<std::int64_t>::max());
+    CHECK_THROWS_WITH(server.add("big", 1), Catch::Contains("cannot be added as a 64-bit integer"));
     CHECK(server.add("joined", 0) == 3);
 
     TcpStore impatient("127.0.0.1", server.port(), false, wait);

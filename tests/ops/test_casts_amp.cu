@@ -372,6 +372,7 @@ TEST_CASE("arange of int64 is exact beyond 2^53, on the device and the host", "[
         }
     // A last value of 2^63 + 1024 is beyond int64, though in doubles it rounds to 2^63 and passed.
     CHECK_THROWS_WITH(arange<std::int64_t>(0x1p63 - 1024, 0x1p63 + 2048, 1024), Catch::Contains("beyond the range of int64"));
+    CHECK_THROWS_WITH(arange<std::int64_t>(0x1p63, 0x1p63 + 2048, 1024), Catch::Contains("beyond the range of int64"));
 }
 
 // to<U>() returns with its kernel queued; the source, allocated on another stream and dropped at

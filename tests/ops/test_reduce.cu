@@ -265,6 +265,7 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     CHECK(sum(scalar, {-1}).item() == 3.f);
     CHECK(sum(scalar, {0}).item() == 3.f);
     CHECK_THROWS_WITH(sum(scalar, {-2}), Catch::Contains("axis -2 out of range"));
+    CHECK_THROWS_WITH(sum(scalar, {0, -1}), Catch::Contains("given twice"));
     // A correction of n or more divides by 0, as torch's max(0, n - correction): inf, or NaN when
     // the values are all equal (0 / 0).
     CHECK(std::isinf(var(from_host<float>({1.f, 2.f}, {2}), {}, 2).item()));

@@ -258,6 +258,19 @@ BAD("quantize", "per-channel scale of the wrong size", Expect::invalid_argument,
 BAD("quantize", "a NaN scale", Expect::invalid_argument, "scale must be positive") {
     (void)quantize(dev({4}), QuantParams{std::nan(""), 0});
 };
+BAD("quantize", "a scale that is 0 as a float", Expect::invalid_argument, "scale must be positive and finite as a float") {
+    (void)quantize(dev({4}), QuantParams{1e-50, 0});
+};
+BAD("quantize", "an infinite scale", Expect::invalid_argument, "scale must be positive and finite") {
+    (void)quantize(dev({4}), QuantParams{std::numeric_limits<double>::infinity(), 0});
+};
+DEFINED("quantize", "parameters chosen for subnormal values are accepted") {
+    const auto x = full<float>({2, 3}, 1e-40f);  // max / 127 underflows float: the scale is float's smallest normal
+    const QuantParams p = choose_qparams(x);
+    expect(float(p.scale) == std::numeric_limits<float>::min(), "per-tensor scale");
+    (void)quantize(x, p);
+    (void)quantize(x, choose_channel_qparams(x, 0));
+};
 BAD("quantize", "a zero scale in one channel", Expect::invalid_argument, "channel 1 has scale 0; scales must be positive") {
     (void)quantize(dev({3, 4}), ChannelQuantParams{from_host<float>({1.f, 0.f, 2.f}, {3}), zeros<I32>({3}), 0});
 };
@@ -382,6 +395,25 @@ BAD_ENV("devices", "copy_ on a stream of another device", Expect::invalid_argume
     const auto b = zeros<float>({5}, {.device = Device{1}});
     b.copy_(a, Stream::create({}, Device{0}));
 };
+// Every op that takes a stream refuses one of another device, naming both devices, before any work.
+#define TESSEL_WRONG_STREAM_CASE(name, ...)                                                                           \
+    BAD_ENV("devices", name " on a stream of another device", Expect::invalid_argument,                              \
+            "belongs to device 0, the tensors are on device 1", {{"TESSEL_SIM_DEVICES", "2"}}) {                      \
+        const auto x = ones<float>({4, 4}, {.device = Device{1}});                                                   \
+        const Stream s0 = Stream::create({}, Device{0});                                                             \
+        __VA_ARGS__;                                                                                                 \
+    };
+TESSEL_WRONG_STREAM_CASE("sum", (void)sum(x, {}, false, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("sum over an axis of an expression", (void)sum(x * 2, {0}, false, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("softmax", (void)softmax(x, -1, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("sort", (void)sort(x, -1, false, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("cumsum", (void)cumsum(x, -1, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("an expression's run", (x = x * 2).run(s0))
+TESSEL_WRONG_STREAM_CASE("evaluate", (void)evaluate(x * 2, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("uniform_fill", uniform_fill(x, 1, 0, 0, 1, s0.handle()))
+TESSEL_WRONG_STREAM_CASE("a factory", (void)empty<float>({4}, {.device = Device{1}, .stream = s0.handle()}))
+TESSEL_WRONG_STREAM_CASE("clone", (void)x.clone(s0.handle()))
+#undef TESSEL_WRONG_STREAM_CASE
 // Every device's default stream is the null handle: a read on device 0's must still wait for a write
 // on device 1's (gated, so a read that does not wait sees the old value).
 BAD_ENV("devices", "to() onto device 0 waits for a write on device 1's default stream", Expect::defined, "",

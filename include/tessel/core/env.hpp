@@ -5,9 +5,9 @@
 #pragma once
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -70,7 +70,8 @@ inline double parse_decimal(const char* variable, const std::string& text, doubl
         else if (c == '.' && !point) point = true;
         else ok = false;
     }
-    const double v = ok && digits ? std::strtod(text.c_str(), nullptr) : 0;  // the grammar is checked: strtod rounds it
+    double v = 0;  // the grammar is checked; from_chars rounds it correctly, whatever the locale
+    if (ok && digits) (void)std::from_chars(text.data(), text.data() + text.size(), v);
     if (!ok || !digits || !std::isfinite(v) || v < lo || v > hi)
         fail<InvalidArgument>(variable, "='", text, "' is not a number between ", lo, " and ", hi);
     return v;

@@ -148,8 +148,8 @@ inline Socket connect_to(const std::string& host, int port, std::chrono::millise
 }
 
 // A listening socket on host:port (port 0: an ephemeral port; port() says which). host may name an
-// IPv4 or IPv6 address or a host name (the first of its addresses that binds is used); empty listens
-// on every interface.
+// IPv4 or IPv6 address or a host name (its first IPv4 address that binds, else its first IPv6 one:
+// the other ranks may have no IPv6 route); empty listens on every IPv4 interface.
 class Listener {
 public:
     Listener(const std::string& host, int port) {
@@ -161,14 +161,16 @@ public:
         const int g = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
         if (g != 0) throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(g));
         std::string last = "no address";
-        for (addrinfo* a = res; a && !s_.valid(); a = a->ai_next) {
-            Socket s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
-            if (!s.valid()) continue;
-            const int one = 1;
-            (void)::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            if (::bind(s.fd(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(s.fd(), 128) == 0) s_ = std::move(s);
-            else last = std::strerror(errno);
-        }
+        for (int pass = 0; pass < 2; ++pass)  // IPv4 addresses first, then the others
+            for (addrinfo* a = res; a && !s_.valid(); a = a->ai_next) {
+                if ((a->ai_family == AF_INET) != (pass == 0)) continue;
+                Socket s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+                if (!s.valid()) continue;
+                const int one = 1;
+                (void)::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+                if (::bind(s.fd(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(s.fd(), 128) == 0) s_ = std::move(s);
+                else last = std::strerror(errno);
+            }
         ::freeaddrinfo(res);
         if (!s_.valid())
             throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + " (" + last +

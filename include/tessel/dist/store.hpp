@@ -7,6 +7,7 @@
 // not thousands).
 #pragma once
 
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -66,7 +67,7 @@ public:
     std::int64_t add(const std::string& key, std::int64_t delta) {
         std::string reply = request(Writer().put(char('A')).put_string(key).put(delta), key);
         Reader r(reply);
-        (void)r.get<char>();
+        if (r.get<char>() == 'E') throw NetworkError("TcpStore::add: " + r.get_string());
         return r.get<std::int64_t>();
     }
 
@@ -128,11 +129,17 @@ private:
                     cv.notify_all();
                     reply.put(char('K'));
                 } else if (op == 'A') {
-                    std::int64_t v = table.count(key) ? std::stoll(table[key]) : 0;
-                    v += r.get<std::int64_t>();
-                    table[key] = std::to_string(v);
-                    cv.notify_all();
-                    reply.put(char('K')).put(v);
+                    const std::string held = table.count(key) ? table[key] : "0";
+                    std::int64_t v = 0;
+                    const auto [end, error] = std::from_chars(held.data(), held.data() + held.size(), v);
+                    if (error != std::errc() || end != held.data() + held.size() || __builtin_add_overflow(v, r.get<std::int64_t>(), &v)) {
+                        reply.put(char('E')).put_string("key '" + key + "' holds '" + held.substr(0, 64) +
+                                                         "', to which the increment cannot be added as a 64-bit integer");
+                    } else {
+                        table[key] = std::to_string(v);
+                        cv.notify_all();
+                        reply.put(char('K')).put(v);
+                    }
                 } else if (op == 'G') {
                     const auto wait = std::chrono::milliseconds(r.get<std::int64_t>());
                     cv.wait_for(lk, wait, [&] { return stopping || table.count(key) > 0; });

@@ -106,7 +106,7 @@ public:
     // among them, on `stream` (default: the current stream of the scaler's device).
     template <Element T>
     void unscale(std::span<const Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
-        stream_ = stream ? *stream : current_stream(device_).handle();
+        stream_ = stream_for("DynamicLossScaler::unscale", stream, device_);
         for (std::size_t k = 0; k < grads.size(); ++k)
             require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
                     grads[k].device().index, " but the scaler on device ", device_.index);

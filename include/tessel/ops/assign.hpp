@@ -175,7 +175,7 @@ private:
 };
 
 template <Element Out, class E>
-void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) const {
+void Assignment<Out, E>::run(rt::stream_t chosen, std::source_location site) const {
     require(out_.defined(), "expression assignment: the output is an undefined (default-constructed) tensor");
     const Shape& shape = out_.shape();
     const Shape expr_shape = expr_.shape();
@@ -183,6 +183,7 @@ void Assignment<Out, E>::run(rt::stream_t stream, std::source_location site) con
     require(out_.space() == MemorySpace::device || out_.space() == MemorySpace::managed,
             "expression assignment: the output is in ", space_name(out_.space()),
             " memory; expressions run on a device: write into a device or managed tensor");
+    const rt::stream_t stream = stream_for("expression assignment", chosen, device);
     {
         const int extra = shape.size() - expr_shape.size();
         bool ok = extra >= 0;

@@ -210,9 +210,11 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
         // out += a @ b as residual = out: the library path writes the product into out before its
         // epilogue reads the residual, and a residual laid out otherwise than out would be read
         // after other blocks wrote it; one copy of the residual makes every path read the old values.
+        // The copy is made on the product's stream, so its memory is not reused before the product
+        // has read it.
         if (epilogue.residual && overlaps(*epilogue.residual)) {
             copied = epilogue;
-            copied.residual = epilogue.residual->clone();
+            copied.residual = epilogue.residual->clone(options.stream);
             e = &copied;
         }
     }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "assign.hpp"
@@ -40,6 +41,10 @@ inline int wrap_axis(int axis, int rank) {
 }
 }  // namespace ops::detail
 
+// The smallest scale chosen: float's smallest normal, so that a range of subnormals gives a scale
+// quantize() accepts (a quotient rounded to float 0 would not be) and x / scale stays finite.
+inline constexpr double smallest_scale = double(std::numeric_limits<float>::min());
+
 // Parameters covering x's range: symmetric uses scale = max|x| / 127 and zero point 0; asymmetric maps
 // [min(x, 0), max(x, 0)] onto [-128, 127]. Reads two values back from the device (synchronises).
 template <Element T>
@@ -47,9 +52,9 @@ QuantParams choose_qparams(const Tensor<T>& x, bool symmetric = true) {
     const double lo = std::min(0.0, convert<double>(amin(x).item())), hi = std::max(0.0, convert<double>(amax(x).item()));
     if (symmetric) {
         const double m = std::max(std::fabs(lo), std::fabs(hi));
-        return {m > 0 ? m / 127.0 : 1.0, 0};
+        return {m > 0 ? std::max(m / 127.0, smallest_scale) : 1.0, 0};
     }
-    const double scale = hi > lo ? (hi - lo) / 255.0 : 1.0;
+    const double scale = hi > lo ? std::max((hi - lo) / 255.0, smallest_scale) : 1.0;
     return {scale, int(std::clamp(std::nearbyint(-128.0 - lo / scale), -128.0, 127.0))};
 }
 // Per-channel parameters along `axis`, computed on the device (no synchronisation).
@@ -64,10 +69,10 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
     ChannelQuantParams p{empty<float>({x.size(a)}, {.device = x.device()}), empty<std::int32_t>({x.size(a)}, {.device = x.device()}), a};
     if (symmetric) {
         const auto m = maximum(abs(lo), abs(hi));
-        (p.scale = where(m > 0, m / 127.0, 1.0)).run();
+        (p.scale = where(m > 0, maximum(m / 127.0, smallest_scale), 1.0)).run();
         p.zero_point = zeros<std::int32_t>({x.size(a)}, {.device = x.device()});
     } else {
-        (p.scale = where(hi > lo, (hi - lo) / 255.0, 1.0)).run();
+        (p.scale = where(hi > lo, maximum((hi - lo) / 255.0, smallest_scale), 1.0)).run();
         (p.zero_point = cast_to<std::int32_t>(clamp(round(-128.0 - lo / p.scale), -128, 127))).run();
     }
     return p;
@@ -76,7 +81,8 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
 // Quantises to int8 with one scale and zero point.
 template <Element T>
 Tensor<std::int8_t> quantize(const Tensor<T>& x, QuantParams p) {
-    require(p.scale > 0, "quantize: scale must be positive, got ", p.scale);
+    require(float(p.scale) > 0 && std::isfinite(float(p.scale)), "quantize: scale must be positive and finite as a float, got ",
+            p.scale);
     require(p.zero_point >= -128 && p.zero_point <= 127, "quantize: zero point ", p.zero_point, " is outside int8");
     Tensor<std::int8_t> q = empty<std::int8_t>(x.shape(), {.device = x.device()});
     (q = cast_to<std::int8_t>(clamp(round(cast_to<float>(x) / float(p.scale)) + p.zero_point, -128, 127))).run();

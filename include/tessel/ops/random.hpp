@@ -41,7 +41,7 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
             " + ", n, " pass the end of the stream's 2^64 values; start at a smaller offset or take another seed");
     const std::uint64_t blocks_needed = (offset % per_block + n + per_block - 1) / per_block;
     const auto grid = unsigned(std::clamp<std::uint64_t>((blocks_needed + 255) / 256, 1, std::uint64_t(max_blocks(device, 32))));
-    const rt::stream_t s = stream ? *stream : current_stream(device).handle();
+    const rt::stream_t s = stream_for(name, stream, device);
     // The smallest value of the kernel's compute type at or above b (uniform's exclusive bound).
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     C limit = C(b);
@@ -104,9 +104,11 @@ private:
     std::uint64_t take(std::int64_t n) {
         constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4, blocks_in_stream = std::uint64_t(1) << 62;
         const std::uint64_t block = offset_ / 4 + (offset_ % 4 != 0), blocks = (std::uint64_t(n) + per_block - 1) / per_block;
-        require(block <= blocks_in_stream && blocks < blocks_in_stream - block, "Philox(seed ", seed_, "): a draw of ", n,
+        // Below the stream's last block (as the fill's own check, offset + n + a block < 2^64), so the
+        // fill cannot refuse what take() handed out.
+        require(block < blocks_in_stream && blocks < blocks_in_stream - 1 - block, "Philox(seed ", seed_, "): a draw of ", n,
                 " values at word ", offset_, " passes the end of the stream's 2^64 words; take another seed");
-        offset_ = (block + blocks) * 4;  // below 2^64: the stream's very last block is never handed out, so this cannot wrap to 0
+        offset_ = (block + blocks) * 4;  // below 2^64 - 4: cannot wrap to 0
         return block * per_block;
     }
     std::uint64_t seed_, offset_;

@@ -73,9 +73,9 @@ inline ReductionPlan plan_reduction(const char* name, const Shape& shape, const 
         // A 0-d tensor takes axis 0 and -1, as torch (its dims wrap as if it had one).
         require(d >= -std::max(rank, 1) && d < std::max(rank, 1), name, ": axis ", d, " out of range for a tensor of rank ", rank,
                 " (shape ", shape, ")");
-        const int w = d < 0 ? d + rank : d;
-        require(rank == 0 || !reduced[std::size_t(w)], name, ": axis ", d, " given twice");
-        if (rank > 0) reduced[std::size_t(w)] = true;
+        const int w = rank == 0 ? 0 : d < 0 ? d + rank : d;  // a 0-d tensor's one wrapped axis
+        require(!reduced[std::size_t(w)], name, ": axis ", d, " given twice");
+        reduced[std::size_t(w)] = true;
     }
     ReductionPlan p;
     for (int d = 0; d < rank; ++d) {
@@ -258,7 +258,7 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     const ReductionPlan plan = plan_reduction(name, x.shape(), axes, keepdim);
     const std::int64_t K = plan.K;
     const Device device = x.device();
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    const rt::stream_t stream = stream_for(name, stream_opt, device);
     Tensor<Out> out = empty<Out>(plan.out_shape, TensorOptions{.device = device, .stream = stream});
     const std::int64_t M = out.numel();
     if (M == 0) return out;
@@ -328,7 +328,7 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     });
     const Device device = *first;
     std::vector<LeafPlan> leaves = leaf_plans(expr, shape, device, "operand 0");
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    const rt::stream_t stream = stream_for(name, stream_opt, device);
     Tensor<Out> out = empty<Out>(plan.out_shape, TensorOptions{.device = device, .stream = stream});
     const std::int64_t M = out.numel();
     if (M == 0) return out;

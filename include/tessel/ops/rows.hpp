@@ -176,7 +176,7 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     require(axis >= -x.dim() && axis < x.dim(), name, ": axis ", axis, " out of range for shape ", x.shape());
     const int last = x.dim() - 1, a = axis < 0 ? axis + x.dim() : axis;
     const Device device = x.device();
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    const rt::stream_t stream = stream_for(name, stream_opt, device);
     const TensorOptions on{.device = device, .stream = stream, .non_blocking = true};
     if (a != last) {
         const Tensor<T> moved = normalize_rows(name, x.transpose(a, last).to(on), -1, op, stream, site);

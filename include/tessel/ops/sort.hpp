@@ -128,7 +128,7 @@ auto radix_key(T v, bool descending) {
 template <Element T>
 Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<rt::stream_t> stream_opt = {}) {
     ops::detail::require_sortable("sort", x);
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(x.device()).handle();
+    const rt::stream_t stream = stream_for("sort", stream_opt, x.device());
     DeviceGuard guard(x.device());
     const Tensor<T> in = ops::detail::rows_of(x, axis, stream);
     const std::int64_t cols = in.dim() ? in.shape()[in.dim() - 1] : 1, n = in.numel(), rows = cols ? n / cols : 0;
@@ -188,7 +188,7 @@ auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<rt::stre
     using Out = std::conditional_t<is_float_type<T>, T, std::int64_t>;
     using Acc = reduce_acc_t<T>;
     require(x.defined() && (x.space() == MemorySpace::device || x.space() == MemorySpace::managed), name, ": needs a device tensor");
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(x.device()).handle();
+    const rt::stream_t stream = stream_for(name, stream_opt, x.device());
     DeviceGuard guard(x.device());
     const Tensor<T> in = rows_of(x, axis, stream);
     Tensor<Acc> acc = evaluate(cast_to<Acc>(in), stream);
@@ -239,7 +239,7 @@ auto cumprod(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stre
 template <Element T>
 Tensor<T> unique(const Tensor<T>& x, std::optional<rt::stream_t> stream_opt = {}) {
     ops::detail::require_sortable("unique", x);
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(x.device()).handle();
+    const rt::stream_t stream = stream_for("unique", stream_opt, x.device());
     DeviceGuard guard(x.device());
     const Tensor<T> sorted = sort(x.reshape({x.numel()}, stream), -1, false, stream).values;
     Tensor<T> out = empty<T>({x.numel()}, {.device = x.device(), .stream = stream});

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -207,6 +208,21 @@ inline void set_current_stream(const Stream& s) {
     auto& v = detail::current_streams();
     while (v.size() <= std::size_t(s.device().index)) v.push_back(Stream::default_stream(Device{int(v.size())}));
     v[std::size_t(s.device().index)] = s;
+}
+
+// The stream an operation `op` on `device`'s tensors runs on: the caller's `chosen` one, which must
+// belong to that device (CUDA would fail the launch with "invalid resource handle"; this names both
+// devices), or the device's current stream. A default-stream handle is that device's default stream.
+// The device's current stream passes without a driver call.
+inline rt::stream_t stream_for(const char* op, std::optional<rt::stream_t> chosen, Device device) {
+    const rt::stream_t current = current_stream(device).handle();
+    if (!chosen || *chosen == current) return current;
+    DeviceGuard guard(device);
+    const int owner = rt::stream_device(*chosen);
+    require(owner == device.index, op, ": stream ", static_cast<const void*>(*chosen), " belongs to device ", owner,
+            ", the tensors are on device ", device.index, "; pass a stream of device ", device.index,
+            " (or none: its current stream)");
+    return *chosen;
 }
 
 // Makes `s` the current stream of its device for the guard's lifetime.

@@ -45,7 +45,8 @@ struct TensorOptions {
     bool non_blocking = false;
 
     Device resolved_device() const { return device ? *device : current_device(); }
-    rt::stream_t resolved_stream() const { return stream ? *stream : current_stream(resolved_device()).handle(); }
+    // The stream given (which must be of the tensor's device) or that device's current stream.
+    rt::stream_t resolved_stream() const { return stream_for("TensorOptions", stream, resolved_device()); }
 };
 
 template <Element T>
@@ -315,14 +316,18 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         if constexpr (std::is_same_v<T, bool>) lowest = 0, highest = 1;
         else if constexpr (std::is_arithmetic_v<T>) lowest = double(std::numeric_limits<T>::lowest()), highest = double(std::numeric_limits<T>::max());
         else lowest = -double(convert<float>(detail::largest_finite<T>())), highest = double(convert<float>(detail::largest_finite<T>()));
-        require(lo >= lowest && hi <= highest, "arange: the values run from ", lo, " to ", hi, ", beyond the range of ",
-                dtype_traits<T>::name, " [", lowest, ", ", highest, "]");
+        bool exact = false;  // int64 in integers: the last value checked exactly
         if constexpr (std::is_same_v<T, std::int64_t>)
-            if (detail::arange_in_integers(start, step)) {  // the last value exactly (the doubles above round near 2^63)
+            if (detail::arange_in_integers(start, step)) {
                 const __int128 end = __int128(std::int64_t(start)) + __int128(n - 1) * std::int64_t(step);
                 require(end >= std::numeric_limits<T>::lowest() && end <= std::numeric_limits<T>::max(), "arange: the last value ",
                         std::int64_t(start), " + ", n - 1, " * ", std::int64_t(step), " is beyond the range of int64");
+                exact = true;
             }
+        // In doubles: int64's largest value is not one (its bound rounds up to 2^63, itself beyond).
+        const bool past_top = std::is_same_v<T, std::int64_t> ? hi >= highest : hi > highest;
+        require(exact || (lo >= lowest && !past_top), "arange: the values run from ", lo, " to ", hi, ", beyond the range of ",
+                dtype_traits<T>::name, " [", lowest, ", ", highest, (std::is_same_v<T, std::int64_t> ? ")" : "]"));
     }
     if (const detail::DeviceArangeFn fill = detail::device_arange.load(); fill && !is_plain_host(o.space)) {
         Tensor<T> t = empty<T>(Shape{n}, o);
