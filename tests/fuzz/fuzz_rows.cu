@@ -149,11 +149,15 @@ void invalid_step(Step& st) {
     };
     switch (st.rng.between(0, 4)) {
         case 0: {
-            st.op += ": rank 0";
+            // softmax of a 0-d tensor is defined along axis 0 or -1 (torch's): axis 1 is not; the
+            // norms, over the last dim, need one.
+            const bool softmax_kind = op == Op::softmax || op == Op::log_softmax;
+            st.op += softmax_kind ? ": rank 0, axis 1" : ": rank 0";
             const Operand<T> x = make_operand<T>(st, {}, {});
             st.note(st.op, ", x: ", x.text());
             st.inputs_ready();
-            expect_error(st, Want::invalid_argument, std::string(op_name(op)) + " of a scalar", [&] { call(x.t, 0, {}, {}); });
+            expect_error(st, Want::invalid_argument, std::string(op_name(op)) + (softmax_kind ? " of a scalar along axis 1" : " of a scalar"),
+                         [&] { call(x.t, softmax_kind ? 1 : 0, {}, {}); });
             break;
         }
         case 1: {

@@ -244,6 +244,17 @@ TEST_CASE("softmax along another axis moves it last and back", "[ops][rows]") {
     compare(got, want, 1e-30, 1e-5, "softmax over axis 0");
 }
 
+TEST_CASE("a 0-d tensor is one row of one element along axis 0 or -1", "[ops][rows]") {
+    const auto x = full<float>({}, 7.5f);
+    for (int axis : {0, -1}) {
+        const auto p = softmax(x, axis), l = log_softmax(x, axis);
+        REQUIRE(p.shape() == Shape{});
+        CHECK(p.item() == 1.0f);  // torch.softmax(torch.tensor(7.5), 0) is 1
+        CHECK(l.item() == 0.0f);
+    }
+    CHECK_THROWS_WITH(softmax(x, 1), Catch::Contains("axis 1 out of range for a 0-d tensor"));
+}
+
 TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, __nv_bfloat16,
                    __half) {
     using T = TestType;

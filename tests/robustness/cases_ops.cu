@@ -161,7 +161,10 @@ DEFINED("reductions", "var of one element is NaN") { expect(std::isnan(var(dev({
 
 // ---- rows ---------------------------------------------------------------------------------------
 BAD("rows", "softmax axis out of range", Expect::invalid_argument, "softmax: axis 2 out of range") { (void)softmax(dev({3, 4}), 2); };
-BAD("rows", "softmax of a scalar", Expect::invalid_argument, "scalar") { (void)softmax(dev({})); };
+DEFINED("rows", "softmax of a scalar is 1 (torch's)") { expect(softmax(full<float>({}, 3.f)).item() == 1.f, "softmax(3) = 1"); };
+BAD("rows", "softmax of a scalar along axis 1", Expect::invalid_argument, "out of range for a 0-d tensor") {
+    (void)softmax(dev({}), 1);
+};
 BAD("rows", "softmax of a host tensor", Expect::invalid_argument, "host memory") { (void)softmax(host({3})); };
 BAD("rows", "log_softmax of an undefined tensor", Expect::invalid_argument, "undefined") { (void)log_softmax(Tensor<float>{}); };
 BAD("rows", "layer_norm weight of the wrong size", Expect::invalid_argument, "weight") {

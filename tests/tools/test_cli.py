@@ -179,50 +179,37 @@ def run_checks(tr):
     scratch = tempfile.TemporaryDirectory()
     token = f"tessel-run-check-{os.getpid()}"
     sleep = sleeper(scratch.name, token)
-    # The sleep's path comes through the environment, so only a rank that has become the sleep shows
-    # the token: both have once two processes show it.
-    p = subprocess.Popen([tr, "-n", "2", "--", "sh", "-c", 'echo up; exec "$SLEEPER" 30'], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True, env=dict(os.environ, SLEEPER=sleep))
-    deadline = time.time() + 20
-    while len(processes_with(token)) < 2 and time.time() < deadline:
-        time.sleep(0.05)
-    p.send_signal(signal.SIGTERM)
-    try:
-        out = p.communicate(timeout=20)[0]
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out = p.communicate()[0]
-    time.sleep(0.2)
-    check(p.returncode == -signal.SIGTERM and not processes_with(token) and "passing it to the ranks" in out,
-          "SIGTERM to tessel-run ends every rank, and tessel-run exits by it", f"exit {p.returncode}, left {processes_with(token)}: {out!r}")
+
+    def signalled(launcher, ranks, seconds, sig, whole_group):
+        """Starts `launcher tessel-run -n ranks` of a sleep, waits until every rank has become the sleep
+        (its path comes through the environment, so only the sleep itself shows the token), sends sig to
+        tessel-run or to its process group, and returns (exit status, output)."""
+        p = subprocess.Popen(launcher + [tr, "-n", str(ranks), "--", "sh", "-c", f'echo up; exec "$SLEEPER" {seconds}'],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                             env=dict(os.environ, SLEEPER=sleep))
+        deadline = time.time() + 20
+        while len(processes_with(token)) < ranks and time.time() < deadline:
+            time.sleep(0.05)
+        os.killpg(p.pid, sig) if whole_group else p.send_signal(sig)
+        try:
+            out = p.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out = p.communicate()[0]
+        time.sleep(0.2)
+        return p.returncode, out
+
+    rc, out = signalled([], 2, 30, signal.SIGTERM, False)
+    check(rc == -signal.SIGTERM and not processes_with(token) and "passing it to the ranks" in out,
+          "SIGTERM to tessel-run ends every rank, and tessel-run exits by it", f"exit {rc}, left {processes_with(token)}: {out!r}")
     # Ctrl-C: SIGINT to the whole process group, so the ranks die of it at once too. tessel-run must
     # still end by SIGINT (a shell script then stops), not report the ranks as failures.
-    p = subprocess.Popen([tr, "-n", "2", "--", "sh", "-c", 'echo up; exec "$SLEEPER" 30'], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True, env=dict(os.environ, SLEEPER=sleep))
-    deadline = time.time() + 20
-    while len(processes_with(token)) < 2 and time.time() < deadline:
-        time.sleep(0.05)
-    os.killpg(p.pid, signal.SIGINT)
-    try:
-        out = p.communicate(timeout=20)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out = p.communicate()[0]
-    check(p.returncode == -signal.SIGINT and "failed" not in out and not processes_with(token),
-          "Ctrl-C (SIGINT to the process group) ends tessel-run by SIGINT", f"exit {p.returncode}: {out!r}")
+    rc, out = signalled([], 2, 30, signal.SIGINT, True)
+    check(rc == -signal.SIGINT and "failed" not in out and not processes_with(token),
+          "Ctrl-C (SIGINT to the process group) ends tessel-run by SIGINT", f"exit {rc}: {out!r}")
     # SIGHUP ignored by the caller (nohup) stays ignored, in tessel-run and in its ranks.
-    p = subprocess.Popen(["nohup", tr, "-n", "1", "--", "sh", "-c", 'echo up; exec "$SLEEPER" 2'], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True, env=dict(os.environ, SLEEPER=sleep))
-    deadline = time.time() + 20
-    while len(processes_with(token)) < 1 and time.time() < deadline:
-        time.sleep(0.05)
-    os.killpg(p.pid, signal.SIGHUP)
-    try:
-        out = p.communicate(timeout=20)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out = p.communicate()[0]
-    check(p.returncode == 0, "a SIGHUP that nohup ignores does not end tessel-run or its ranks", f"exit {p.returncode}: {out!r}")
+    rc, out = signalled(["nohup"], 1, 2, signal.SIGHUP, True)
+    check(rc == 0, "a SIGHUP that nohup ignores does not end tessel-run or its ranks", f"exit {rc}: {out!r}")
     # A process a rank leaves behind, writing to the rank's output for ever: tessel-run still ends.
     r = run([tr, "-n", "1", "--", "sh", "-c", "yes tessel-run-check & echo rank done"], timeout=30)
     check(r.returncode == 0 and "[rank 0] rank done" in r.stdout, "tessel-run ends when its ranks do, whatever they left behind",

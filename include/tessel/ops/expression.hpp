@@ -410,12 +410,16 @@ concept operands = operand<A> && operand<B> && (!number<A> || !number<B>);
 
 template <class Op, class A, class B>
 auto make_binary(Op op, const A& a, const B& b) {
+    static_assert(!(std::is_same_v<Op, Sub> && std::is_same_v<operand_dtype_t<A>, bool> && std::is_same_v<operand_dtype_t<B>, bool>),
+                  "bool - bool is not defined (as in torch and NumPy): use a != b (exclusive or) for masks, or cast_to<int> first");
     auto l = as_node<operand_dtype_t<B>>(a);
     auto r = as_node<operand_dtype_t<A>>(b);
     return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
 }
 template <class Op, class A>
 auto make_unary(Op op, const A& a) {
+    static_assert(!(std::is_same_v<Op, Negate> && std::is_same_v<operand_dtype_t<A>, bool>),
+                  "-x of a bool x is not defined (as in torch and NumPy): use !x to invert a mask, or cast_to<int>(x) first");
     auto x = as_node<void>(a);
     return Unary<Op, decltype(x)>(op, std::move(x));
 }

@@ -172,7 +172,11 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     require(x.defined(), name, ": an undefined (default-constructed) tensor");
     require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
             space_name(x.space()), " memory; move it to the device first");
-    require(x.dim() > 0, name, ": needs at least one dim, the input is a scalar");
+    // A 0-d tensor is one row of one element along axis 0 or -1 (torch wraps its dims as if it had one).
+    if (x.dim() == 0) {
+        require(axis == 0 || axis == -1, name, ": axis ", axis, " out of range for a 0-d tensor (0 or -1)");
+        return normalize_rows(name, x.view(Shape{1}), -1, op, stream_opt, site).view(Shape{});
+    }
     require(axis >= -x.dim() && axis < x.dim(), name, ": axis ", axis, " out of range for shape ", x.shape());
     const int last = x.dim() - 1, a = axis < 0 ? axis + x.dim() : axis;
     const Device device = x.device();
