@@ -289,6 +289,15 @@ BAD("streams", "record_stream with a bogus stream", Expect::cuda_error, "not a l
     const auto t = dev({4});
     memory::record_stream(t.data(), bogus_stream());
 };
+BAD("streams", "StreamGuard with a device that does not exist", Expect::invalid_argument, "device -1 does not exist") {
+    StreamGuard g(Stream::default_stream(Device{-1}));  // the per-device list used to grow without end
+};
+DEFINED("streams", "elapsed_ms of an event against itself is 0 (CUDA's answer)") {
+    Event e(true);
+    e.record(current_stream());
+    e.synchronize();
+    expect(e.elapsed_ms(e) == 0.0f, "0 ms");
+};
 BAD("streams", "record_stream on device 5", Expect::invalid_argument, "device 5 does not exist") {
     const auto t = dev({4});
     memory::record_stream(t.data(), nullptr, Device{5});
@@ -514,6 +523,14 @@ BAD("pipeline", "element counts differ", Expect::invalid_argument, "16 elements"
 };
 BAD("pipeline", "zero streams", Expect::invalid_argument, "streams (0)") {
     overlap_pipeline(host({4}), host({4}), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {}, {.streams = 0});
+};
+DEFINED("pipeline", "chunk_elements beyond the input (its byte size would wrap)") {
+    std::vector<float> in(10), out(10, -1.f);
+    for (int i = 0; i < 10; ++i) in[std::size_t(i)] = float(i);
+    overlap_pipeline(std::span<const float>(in), std::span<float>(out),
+                     [](const float* i, float* o, std::size_t n, rt::stream_t s) { rt::memcpy_async(o, i, n * sizeof(float), s); },
+                     {.chunk_elements = (std::size_t(1) << 62) + 1});
+    expect(out == in, "copied through one chunk of the input's size");
 };
 BAD("pipeline", "undefined input", Expect::invalid_argument, "undefined") {
     overlap_pipeline(Tensor<float>{}, host({4}), [](const Tensor<float>&, const Tensor<float>&, rt::stream_t) {});

@@ -411,8 +411,12 @@ BAD("dlpack", "vector lanes", Expect::invalid_argument, "float32x4") {
     Capsule c(host_block, {kDLCPU, 0}, {kDLFloat, 32, 4});
     (void)from_dlpack<float>(&c.m);
 };
-BAD("dlpack", "bool has no DLPack 0.6 code", Expect::unsupported, "cannot express dtype bool") {
+BAD("dlpack", "bool has no DLPack 0.6 code", Expect::unsupported, "DLPack 0.6 cannot express dtype bool") {
     (void)to_dlpack(zeros<bool>({2}));
+};
+BAD("dlpack", "to_dlpack of an undefined tensor (nothing allocated before the check: LeakSanitizer)",
+    Expect::invalid_argument, "to_dlpack: the tensor is undefined") {
+    (void)to_dlpack(Tensor<float>{});
 };
 DEFINED("dlpack", "a rejected capsule is released exactly once") {
     Capsule c(host_block, {kDLCPU, 9});

@@ -31,7 +31,10 @@ void overlap_pipeline(std::span<const In> input, std::span<Out> output, Step&& s
             output.size());
     require(o.chunk_elements > 0 && o.streams > 0, "overlap_pipeline: chunk_elements (", o.chunk_elements,
             ") and streams (", o.streams, ") must be positive");
-    const std::size_t chunk = o.chunk_elements, chunks = (input.size() + chunk - 1) / chunk;
+    // Buffers of at most the input's size: a chunk_elements beyond it (up to SIZE_MAX) would make
+    // chunk * sizeof(T) wrap and the staging buffers too small.
+    const std::size_t chunk = std::min(o.chunk_elements, std::max<std::size_t>(input.size(), 1)),
+                      chunks = (input.size() + chunk - 1) / chunk;
     const int lanes = int(std::min<std::size_t>(std::size_t(o.streams), std::max<std::size_t>(chunks, 1)));
 
     // One lane per stream: pinned staging and device buffers, and where its last chunk goes.

@@ -205,6 +205,7 @@ inline Stream current_stream(Device d = current_device()) {
     return Stream::default_stream(d);
 }
 inline void set_current_stream(const Stream& s) {
+    detail::require_device(s.device());  // the per-device list grows to the index: a bad one is an error
     auto& v = detail::current_streams();
     while (v.size() <= std::size_t(s.device().index)) v.push_back(Stream::default_stream(Device{int(v.size())}));
     v[std::size_t(s.device().index)] = s;

@@ -30,7 +30,7 @@ DLDataType dl_dtype() {
         case DType::i64: return {kDLInt, 64, 1};
         default: break;
     }
-    fail<Unsupported>("DLPack ", DLPACK_VERSION, " cannot express dtype ", dtype_traits<T>::name);
+    fail<Unsupported>("DLPack ", DLPACK_VERSION / 100, ".", DLPACK_VERSION % 100 / 10, " cannot express dtype ", dtype_traits<T>::name);
 }
 
 // A DLPack dtype in a message ("float32", "int8x4"), printed only when the message is built.
@@ -59,6 +59,7 @@ struct DLContext {
 // A DLPack view of `t`. The caller (or the framework it is given to) must call its deleter once.
 template <Element T>
 DLManagedTensor* to_dlpack(const Tensor<T>& t) {
+    require(t.defined(), "to_dlpack: the tensor is undefined (default-constructed)");
     const DLDataType dt = detail::dl_dtype<T>();
     auto* ctx = new detail::DLContext<T>{t, {}, {}, {}};
     for (int d = 0; d < t.dim(); ++d) {
