@@ -200,6 +200,17 @@ TEST_CASE("Monitor policies fire once per violation on injected readings", "[mon
     const tessel::Tensor<float> held = tessel::empty<float>({1 << 20});
     mem.sample_now();
     CHECK(kinds() == std::vector<AlertKind>{AlertKind::memory_fraction});
+
+    // Throttling for any reason but idling: a mask with the top bits set (it went through a double,
+    // and 2^64 converted back missed every bit).
+    sn::clear_injections();
+    Monitor any({.devices = {Device{0}}});
+    any.add_policy(Policy::throttling(keep, ~std::uint64_t(tessel::nvml::gpu_idle)));
+    any.sample_now();
+    (void)kinds();
+    sn::inject(0, {.clocks_event_reasons = 0x20ull});  // software thermal slowdown
+    any.sample_now();
+    CHECK(kinds() == std::vector<AlertKind>{AlertKind::throttling});
     sn::clear_injections();
 }
 #endif
@@ -246,5 +257,12 @@ TEST_CASE("Monitor refuses bad options with a message naming them", "[monitor]")
                    Monitor m;
                    m.add_policy(Policy::allocator_growth(0, [](const Alert&) {}));
                }),
-               Catch::Contains("at least 1 checkpoint"));
+               Catch::Contains("the leak watch needs 1 to 1023 checkpoints, not 0"));
+    CHECK_THAT(message([] {  // 1024 checkpoints are kept: a policy over 1024 could never fire
+                   Monitor m;
+                   m.add_policy(Policy::allocator_growth(1024, [](const Alert&) {}));
+               }),
+               Catch::Contains("not 1024"));
+    CHECK_THAT(message([] { Monitor m({.period = std::chrono::milliseconds::max()}); }), Catch::Contains("at most a day"));
+    CHECK_THAT(message([] { Monitor m({.devices = {Device{0}, Device{0}}}); }), Catch::Contains("device 0 is listed twice"));
 }

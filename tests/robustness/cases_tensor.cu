@@ -487,7 +487,7 @@ BAD("monitor", "a policy without a callback", Expect::invalid_argument, "policy 
     monitor::Monitor m;
     m.add_policy(monitor::Policy::temperature_above(90, nullptr));
 };
-BAD("monitor", "a leak watch of no checkpoints", Expect::invalid_argument, "at least 1 checkpoint") {
+BAD("monitor", "a leak watch of no checkpoints", Expect::invalid_argument, "the leak watch needs 1 to 1023 checkpoints") {
     monitor::Monitor m;
     m.add_policy(monitor::Policy::allocator_growth(0, [](const monitor::Alert&) {}));
 };

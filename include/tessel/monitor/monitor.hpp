@@ -79,6 +79,7 @@ struct Policy {
     AlertKind kind = AlertKind::temperature;
     double threshold = 0;
     std::function<void(const Alert&)> callback;
+    std::uint64_t bits = 0;  // throttling: the reason mask; xid: the XID (exact: a double holds 53 bits)
 
     // Above `celsius` (DCGM's thermal policy).
     static Policy temperature_above(double celsius, std::function<void(const Alert&)> f) { return {AlertKind::temperature, celsius, std::move(f)}; }
@@ -93,12 +94,12 @@ struct Policy {
     static Policy throttling(std::function<void(const Alert&)> f,
                              std::uint64_t reasons = nvml::sw_power_cap | nvml::hw_slowdown | nvml::sw_thermal | nvml::hw_thermal |
                                                      nvml::hw_power_brake) {
-        return {AlertKind::throttling, double(reasons), std::move(f)};
+        return {AlertKind::throttling, double(reasons), std::move(f), reasons};
     }
     // Uncorrected (double-bit) ECC errors counted since the monitor's first sample (DCGM's DBE policy).
     static Policy ecc_uncorrected(std::function<void(const Alert&)> f) { return {AlertKind::ecc_uncorrected, 0, std::move(f)}; }
     // An XID critical error (`xid` 0: any).
-    static Policy xid(std::function<void(const Alert&)> f, std::uint64_t xid = 0) { return {AlertKind::xid, double(xid), std::move(f)}; }
+    static Policy xid(std::function<void(const Alert&)> f, std::uint64_t xid = 0) { return {AlertKind::xid, double(xid), std::move(f), xid}; }
     // The leak watch: this process's tessel allocator (allocated bytes) grew at each of the last
     // `checkpoints` checkpoints (Monitor::checkpoint(), e.g. once per training step) with no drop.
     static Policy allocator_growth(int checkpoints, std::function<void(const Alert&)> f) {
@@ -115,13 +116,21 @@ struct MonitorOptions {
 // The background sampler. Construct, add policies, start(); stop() or destroy to end it.
 class Monitor {
 public:
+    // Checkpoints the leak watch keeps per device (a policy may look back at most one fewer).
+    static constexpr std::size_t max_checkpoints = 1024;
+
     explicit Monitor(MonitorOptions options = {}) : options_(std::move(options)) {
-        require(options_.period.count() > 0, "Monitor: the period must be positive, not ", options_.period.count(), " ms");
+        require(options_.period.count() > 0 && options_.period <= std::chrono::hours(24), "Monitor: the period must be positive and at "
+                "most a day (86400000 ms), not ", options_.period.count(), " ms");
         require(options_.history > 0, "Monitor: the history must keep at least one sample");
         if (options_.devices.empty())
             for (int i = 0; i < device_count(); ++i) options_.devices.push_back(Device{i});
-        for (Device d : options_.devices)
+        for (std::size_t k = 0; k < options_.devices.size(); ++k) {
+            const Device d = options_.devices[k];
             require(d.index >= 0 && d.index < device_count(), "Monitor: device ", d.index, " does not exist (", device_count(), " devices)");
+            for (std::size_t j = 0; j < k; ++j)
+                require(options_.devices[j] != d, "Monitor: device ", d.index, " is listed twice in MonitorOptions::devices");
+        }
         xids_ = std::make_unique<nvml::XidWatch>(options_.devices);
     }
     ~Monitor() { stop(); }
@@ -130,8 +139,9 @@ public:
 
     void add_policy(Policy p) {
         require(bool(p.callback), "Monitor: a ", alert_name(p.kind), " policy needs a callback");
-        require(p.kind != AlertKind::allocator_growth || p.threshold >= 1, "Monitor: the leak watch needs at least 1 checkpoint, not ",
-                p.threshold);
+        require(p.kind != AlertKind::allocator_growth || (p.threshold >= 1 && p.threshold < double(max_checkpoints)),
+                "Monitor: the leak watch needs 1 to ", max_checkpoints - 1, " checkpoints, not ", p.threshold, " (", max_checkpoints,
+                " are kept per device)");
         std::lock_guard lk(m_);
         policies_.push_back({std::move(p), {}});
     }
@@ -173,7 +183,7 @@ public:
             for (Device d : options_.devices) {
                 auto& marks = checkpoints_[d.index];
                 marks.push_back(memory::stats(d).allocated_bytes[0].current);
-                if (marks.size() > 1024) marks.pop_front();
+                if (marks.size() > max_checkpoints) marks.pop_front();
             }
             for (std::size_t pi = 0; pi < policies_.size(); ++pi) {
                 auto& [policy, active] = policies_[pi];
@@ -291,7 +301,7 @@ private:
             for (const auto& e : xids)
                 for (std::size_t pi = 0; pi < policies_.size(); ++pi) {
                     const Policy& policy = policies_[pi].policy;
-                    if (policy.kind == AlertKind::xid && (policy.threshold == 0 || std::uint64_t(policy.threshold) == e.xid))
+                    if (policy.kind == AlertKind::xid && (policy.bits == 0 || policy.bits == e.xid))
                         fired.push_back(make_alert(pi, e.device, double(e.xid),
                                                    "XID " + std::to_string(e.xid) + " on device " + std::to_string(e.device)));
                 }
@@ -326,7 +336,7 @@ private:
                     break;
                 }
                 case AlertKind::throttling: {
-                    const std::uint64_t bits = s.nvml.clock_event_reasons.value_or(0) & std::uint64_t(p.threshold);
+                    const std::uint64_t bits = s.nvml.clock_event_reasons.value_or(0) & p.bits;
                     if (fire(active[dev], bits != 0)) {
                         std::string names;
                         for (const std::string& n : nvml::clock_reason_names(bits)) names += (names.empty() ? "" : ", ") + n;
