@@ -9,8 +9,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "../support/device_array.hpp"
@@ -241,6 +243,31 @@ TEST_CASE("The leak watch fires when the allocator grows across N checkpoints wi
         m.checkpoint();
     }
     CHECK(fired == 2);
+}
+
+TEST_CASE("What a callback throws on the monitor's thread is kept and rethrown by stop()", "[monitor]") {
+    if (tessel::device_count() == 0) return;
+    using tessel::testing::message;
+    std::atomic<int> calls{0};
+    Monitor m({.period = std::chrono::milliseconds(2), .devices = {Device{0}}});
+    // Below 0 C never holds and 0 C always does: the policy fires at the first sample.
+    m.add_policy(Policy::temperature_above(0, [&](const Alert&) {
+        ++calls;
+        throw std::runtime_error("a callback failed");
+    }));
+    m.start();
+    while (calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (m.history(Device{0}).size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // it kept sampling
+    CHECK_THROWS_WITH(m.stop(), Catch::Contains("a callback failed"));
+    CHECK(!m.running());
+    m.stop();  // the failure was handed over once
+
+    // stop() from a callback: an error on that thread, handed to the stop() of the caller.
+    Monitor self({.period = std::chrono::milliseconds(2), .devices = {Device{0}}});
+    self.add_policy(Policy::temperature_above(0, [&](const Alert&) { self.stop(); }));
+    self.start();
+    while (self.history(Device{0}).size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK_THAT(message([&] { self.stop(); }), Catch::Contains("Monitor::stop: called on the monitor's own thread"));
 }
 
 TEST_CASE("Monitor refuses bad options with a message naming them", "[monitor]") {

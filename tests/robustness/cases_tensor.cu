@@ -3,6 +3,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cmath>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -476,6 +477,13 @@ BAD_ENV("tensor", "peer access between devices that cannot", Expect::unsupported
 };
 
 // ---- monitoring: the sampler's options and policies --------------------------------------------
+BAD_ENV("monitor", "a sampler whose reading fails (a bad TESSEL_ALLOC_CONF): stop() rethrows it", Expect::invalid_argument,
+        "TESSEL_ALLOC_CONF", {{"TESSEL_ALLOC_CONF", "garbage"}}) {
+    monitor::Monitor m({.period = std::chrono::milliseconds(2)});
+    m.start();  // the thread's samples read memory::stats, which throws: kept, not std::terminate
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    m.stop();
+};
 BAD("monitor", "a zero sampling period", Expect::invalid_argument, "the period must be positive") {
     monitor::Monitor m({.period = std::chrono::milliseconds(0)});
 };

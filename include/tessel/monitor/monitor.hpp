@@ -8,10 +8,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -74,7 +76,8 @@ struct Alert {
 // A condition on one device's readings and the callback it calls. A policy fires when its condition
 // starts to hold and not again until it has stopped holding for a sample (XID: once per event).
 // Callbacks run on the monitor's thread (or the caller's of sample_now/checkpoint), without the
-// monitor's lock held: they may read the monitor, not stop it.
+// monitor's lock held: they may read the monitor, not stop it; what one throws on the monitor's
+// thread is kept and rethrown by stop().
 struct Policy {
     AlertKind kind = AlertKind::temperature;
     double threshold = 0;
@@ -133,7 +136,7 @@ public:
         }
         xids_ = std::make_unique<nvml::XidWatch>(options_.devices);
     }
-    ~Monitor() { stop(); }
+    ~Monitor() { halt(); }
     Monitor(const Monitor&) = delete;
     Monitor& operator=(const Monitor&) = delete;
 
@@ -156,8 +159,23 @@ public:
         }
         thread_ = std::thread([this] { run(); });
     }
-    // Stops and joins the sampling thread; no effect if it does not run.
+    // Stops and joins the sampling thread (no effect if it does not run), then rethrows the first
+    // exception the thread met since start(): a policy callback that threw, a reading that failed
+    // (the sampler kept going). Calling it from a callback on that thread is an error (the thread
+    // cannot join itself), which the thread keeps and the next stop() from elsewhere rethrows.
     void stop() {
+        require(std::this_thread::get_id() != sampler_.load(), "Monitor::stop: called on the monitor's own thread (from a policy "
+                "callback); stop the monitor from another thread");
+        halt();
+        std::exception_ptr failure;
+        {
+            std::lock_guard l(m_);
+            failure = std::exchange(failure_, nullptr);
+        }
+        if (failure) std::rethrow_exception(failure);
+    }
+    // Stops and joins the sampling thread, keeping any exception it met (the destructor's stop).
+    void halt() {
         std::lock_guard lk(thread_m_);
         if (!thread_.joinable()) return;
         {
@@ -269,10 +287,19 @@ private:
     }
 
     void run() {
+        sampler_ = std::this_thread::get_id();
         for (;;) {
-            take_sample();
+            try {
+                take_sample();
+            } catch (...) {  // kept for stop(); an exception must not end the process on this thread
+                std::lock_guard l(m_);
+                if (!failure_) failure_ = std::current_exception();
+            }
             std::unique_lock lk(m_);
-            if (wake_.wait_for(lk, options_.period, [&] { return stopping_; })) return;
+            if (wake_.wait_for(lk, options_.period, [&] { return stopping_; })) {
+                sampler_ = std::thread::id{};  // a later thread given this id is not the sampler
+                return;
+            }
         }
     }
 
@@ -386,6 +413,8 @@ private:
     mutable std::mutex m_;  // everything below but the thread
     std::condition_variable wake_;
     bool stopping_ = false;
+    std::exception_ptr failure_;                  // the sampler's first exception since start()
+    std::atomic<std::thread::id> sampler_{};      // the sampling thread while it runs
     std::vector<PolicyState> policies_;
     std::map<int, std::deque<Sample>> history_;
     std::map<int, std::uint64_t> ecc_baseline_;
