@@ -195,6 +195,15 @@ BAD("random", "uniform with a NaN bound", Expect::invalid_argument, "finite") { 
 BAD("random", "uniform to infinity", Expect::invalid_argument, "finite") {
     uniform_fill(dev({4}), 1, 0, 0.0, std::numeric_limits<double>::infinity());
 };
+BAD("random", "uniform over a range wider than float", Expect::invalid_argument, "at most") {
+    uniform_fill(dev({4}), 1, 0, -3e38, 3e38);
+};
+BAD("random", "a fill past the end of the stream", Expect::invalid_argument, "pass the end of the stream") {
+    uniform_fill(dev({4}), 1, std::numeric_limits<std::uint64_t>::max() - 1);
+};
+BAD("random", "a Philox draw past the end of the stream", Expect::invalid_argument, "passes the end of the stream") {
+    (void)Philox(1, std::numeric_limits<std::uint64_t>::max() - 2).uniform<float>({4});
+};
 BAD("random", "normal with a negative stddev", Expect::invalid_argument, "stddev") { normal_fill(dev({4}), 1, 0, 0.0, -1.0); };
 BAD("random", "normal with a NaN mean", Expect::invalid_argument, "finite") { normal_fill(dev({4}), 1, 0, std::nan(""), 1.0); };
 BAD("random", "a fill of host memory", Expect::invalid_argument, "host memory") { uniform_fill(host({4}), 1); };

@@ -164,6 +164,10 @@ BAD("sizes", "arange with a NaN step", Expect::invalid_argument, "must be finite
 BAD("sizes", "arange to infinity", Expect::invalid_argument, "must be finite") {
     (void)arange<float>(0, std::numeric_limits<double>::infinity());
 };
+BAD("sizes", "arange<int64> whose last value passes int64 (2^63 + 1024)", Expect::invalid_argument, "beyond the range of int64") {
+    (void)arange<std::int64_t>(0x1p63 - 1024, 0x1p63 + 2048, 1024);
+};
+BAD("views", "to_string with edge 0", Expect::invalid_argument, "edge = 0") { (void)zeros<float>({3}).to_string(0); };
 BAD("sizes", "arange with step 0", Expect::invalid_argument, "step must not be 0") { (void)arange<float>(0, 10, 0); };
 BAD("sizes", "arange of 10^18 elements", Expect::invalid_argument, "more than a tensor can index") {
     (void)arange<std::int64_t>(0, 1e18, 1);
@@ -483,6 +487,12 @@ BAD_ENV("monitor", "a sampler whose reading fails (a bad TESSEL_ALLOC_CONF): sto
     m.start();  // the thread's samples read memory::stats, which throws: kept, not std::terminate
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     m.stop();
+};
+BAD("monitor", "a device listed twice", Expect::invalid_argument, "device 0 is listed twice") {
+    monitor::Monitor m({.devices = {Device{0}, Device{0}}});
+};
+BAD("monitor", "a period beyond a day", Expect::invalid_argument, "at most a day") {
+    monitor::Monitor m({.period = std::chrono::milliseconds::max()});
 };
 BAD("monitor", "a zero sampling period", Expect::invalid_argument, "the period must be positive") {
     monitor::Monitor m({.period = std::chrono::milliseconds(0)});
