@@ -59,8 +59,10 @@ void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, 
     // As torch's uniform_: the bounds and the width within the dtype's finite range (else lo + (hi -
     // lo) u overflows to inf, or to NaN for hi - lo).
     if constexpr (ops::is_float_type<T>) {
-        const double largest = double(convert<float>(::tessel::detail::largest_finite<T>()));
-        const double top = std::is_same_v<T, double> ? std::numeric_limits<double>::max() : largest;
+        const double top = [] {
+            if constexpr (std::is_same_v<T, double>) return std::numeric_limits<double>::max();
+            else return double(convert<float>(::tessel::detail::largest_finite<T>()));
+        }();
         require(lo >= -top && hi <= top && hi - lo <= top, "uniform_fill: the range [", lo, ", ", hi, ") of a ", dtype_name(dtype_of<T>),
                 " tensor must lie within +-", top, " and be at most ", top, " wide");
     }

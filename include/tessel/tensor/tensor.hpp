@@ -335,14 +335,13 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         return t;
     }
     detail::HostArray<T> h(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // n >= 0: said for g++'s -Walloc-size-larger-than
-    for (std::int64_t i = 0; i < n; ++i) {  // rounded once, or in integers, as the kernel
-        if constexpr (std::is_same_v<T, std::int64_t>)
-            if (detail::arange_in_integers(start, step)) {
-                h.data()[i] = detail::arange_integer(std::uint64_t(i), start, step);
-                continue;
-            }
-        h.data()[i] = convert<T>(std::fma(double(i), step, start));
-    }
+    // Rounded once, or in integers, as the kernel.
+    if constexpr (std::is_same_v<T, std::int64_t>)
+        if (detail::arange_in_integers(start, step)) {
+            for (std::int64_t i = 0; i < n; ++i) h.data()[i] = detail::arange_integer(std::uint64_t(i), start, step);
+            return from_host<T>(h.span(), Shape{n}, o);
+        }
+    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(std::fma(double(i), step, start));
     return from_host<T>(h.span(), Shape{n}, o);
 }
 
