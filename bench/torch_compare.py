@@ -15,6 +15,7 @@ on a sample (the relative error is reported, as tessel-bench's rel_error).
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 import time
@@ -159,6 +160,15 @@ def main():
            "sm_count": props.multi_processor_count, "memory_gib": round(props.total_memory / 2**30, 1),
            "runtime_driver": f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"}
     rows = []
+
+    def save():
+        # After every timing, atomically: the check's `timeout` may end this script inside a
+        # torch.compile, and the timings taken by then must survive it.
+        with open(a.out + ".tmp", "w") as fh:
+            json.dump({"context": ctx, "benchmarks": rows}, fh, indent=1)
+        os.replace(a.out + ".tmp", a.out)
+
+    save()
     # Eager first for every problem, then torch.compile as far as the budget goes (its compiles
     # take seconds each): the eager column is the one the goals are stated against.
     passes = [("torch", lambda fn: fn, "PyTorch eager")]
@@ -169,15 +179,16 @@ def main():
             if time.time() - t_start > a.budget:
                 print(f"torch_compare: out of budget, skipping {name.format(impl=impl)}")
                 continue
-            inputs = make()
-            want = ref(*inputs)
+            inputs = want = None
             try:
+                inputs = make()
+                want = ref(*inputs)
                 f = wrap(fn)
                 got = f(*inputs)
                 err = rel_error(got, want)
                 us = timed(lambda: f(*inputs), flush)
-            except Exception as e:  # torch.compile may not work offline; eager is what counts
-                print(f"torch_compare: {name.format(impl=impl)} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            except Exception as e:  # torch.compile may not work offline, an op may be missing: the rest still runs
+                print(f"torch_compare: {name.format(impl=impl)} failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
                 continue
             finally:
                 del inputs, want
@@ -185,9 +196,8 @@ def main():
             rows.append({"name": name.format(impl=impl), "run_name": name.format(impl=impl), "run_type": "iteration",
                          "real_time": us, "time_unit": "us", "bytes_per_second": nbytes / (us * 1e-6),
                          "rel_error": err, "label": label})
-            print(f"{name.format(impl=impl):45s} {us:10.1f} us {nbytes / (us * 1e3):8.1f} GB/s  rel.err {err:.1e}")
-    with open(a.out, "w") as fh:
-        json.dump({"context": ctx, "benchmarks": rows}, fh, indent=1)
+            save()
+            print(f"{name.format(impl=impl):45s} {us:10.1f} us {nbytes / (us * 1e3):8.1f} GB/s  rel.err {err:.1e}", flush=True)
     print(f"torch_compare: {len(rows)} timings in {time.time() - t_start:.0f} s -> {a.out}")
     return 0
 

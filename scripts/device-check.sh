@@ -149,7 +149,9 @@ elif ! python3 -c "import torch" 2>/dev/null; then
 else
   timeout "$cap" python3 bench/torch_compare.py --out "$OUT/torch.json" --budget $((cap - 15)) >>"$OUT/ctest.log" 2>&1
   rc=$?
-  row "torch_compare" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "torch.json ($((SECONDS - t0)) s)"
+  status=ok; [ $rc -eq 0 ] || status=FAILED
+  [ $rc -eq 124 ] && status=TIMEOUT  # torch.json still holds every timing taken before the cut
+  row "torch_compare" "$status" "torch.json, $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["benchmarks"]))' "$OUT/torch.json" 2>/dev/null || echo 0) timings ($((SECONDS - t0)) s)"
 fi
 
 echo

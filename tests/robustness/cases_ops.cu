@@ -315,6 +315,14 @@ BAD("streams", "record_stream of memory tessel does not own", Expect::invalid_ar
     const auto t = dev({4});
     memory::record_stream(t.data() + 1, nullptr);
 };
+BAD("streams", "memory::allocate on a bogus stream", Expect::cuda_error, "not a live stream") {
+    void* p = memory::allocate(64, bogus_stream());
+    memory::deallocate(p);  // not reached: nothing may be allocated
+};
+BAD("streams", "memory::allocate on a destroyed stream", Expect::cuda_error, "not a live stream") {
+    void* p = memory::allocate(64, destroyed_stream());
+    memory::deallocate(p);
+};
 BAD("streams", "clone on a destroyed stream", Expect::cuda_error, "not a live stream") { (void)dev({4}).clone(destroyed_stream()); };
 BAD("streams", "zeros on a bogus stream", Expect::cuda_error, "not a live stream") {
     (void)zeros<float>({4}, {.stream = bogus_stream()});
@@ -402,6 +410,12 @@ BAD_ENV("devices", "record_stream with another device's stream", Expect::invalid
     const auto t = zeros<float>({4}, {.device = Device{0}});
     const Stream s = Stream::create({}, Device{1});
     memory::record_stream(t.data(), s, Device{0});
+};
+BAD_ENV("devices", "memory::allocate on the current device with another device's stream", Expect::invalid_argument,
+        "belongs to device 1, but the memory is allocated on the current device 0", {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const Stream s = Stream::create({}, Device{1});
+    void* p = memory::allocate(64, s);
+    memory::deallocate(p);
 };
 BAD_ENV("devices", "copy_ between devices needs no stream of the wrong device", Expect::defined, "",
         {{"TESSEL_SIM_DEVICES", "2"}}) {

@@ -24,7 +24,8 @@ namespace tessel::memory {
 
 // The backend serving device memory in this process (TESSEL_ALLOC_CONF=backend:...).
 TESSEL_API Backend backend();
-// `bytes` of device memory on the current device, for use on `stream` (nullptr: the default stream).
+// `bytes` of device memory on the current device, for use on `stream` (nullptr: the default stream),
+// which must be a live stream of that device.
 TESSEL_API void* allocate(std::size_t bytes, rt::stream_t stream = nullptr);
 // Returns memory from allocate(); it is reused at once by work on its stream.
 TESSEL_API void deallocate(void* p);

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../stream/stream.hpp"
 #include "allocator.hpp"
 #include "async_allocator.hpp"
 #include "device_allocator.hpp"
@@ -140,6 +141,17 @@ private:
 TESSEL_API Backend backend() { return CachingAllocator::instance().backend(); }
 
 TESSEL_API void* allocate(std::size_t bytes, rt::stream_t stream) {
+    // The memory is the current device's and is reused by work on `stream`: a stream of another
+    // device (or no stream at all) would let that reuse race. The current stream needs no driver call.
+    if (stream != nullptr && bytes != 0) {
+        const Device d = current_device();
+        if (stream != current_stream(d).handle()) {
+            const int owner = rt::stream_device(stream);  // a handle that is no live stream: CudaError
+            require(owner == d.index, "memory::allocate(", bytes, " bytes): stream ", static_cast<const void*>(stream),
+                    " belongs to device ", owner, ", but the memory is allocated on the current device ", d.index,
+                    "; make device ", owner, " current first (DeviceGuard) or pass a stream of device ", d.index);
+        }
+    }
     return CachingAllocator::instance().allocate(bytes, stream);
 }
 TESSEL_API void deallocate(void* p) { CachingAllocator::instance().deallocate(p); }
