@@ -101,7 +101,19 @@ std::int64_t wrong(const std::string& op, const Communicator& c, const Tensor<fl
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: tessel-collectives-bench [-g GPUS] [-b MIN] [-e MAX] [-f FACTOR] [--iters N] [--warmup N]\n"
+    "                                [--op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|all]\n"
+    "                                [--json FILE]\n"
+    "  sizes in bytes, with K, M, G suffixes (powers of 1024); default -b 8 -e 1G (4M on the sim) -f 2 --iters 20 --warmup 5;\n"
+    "  a process per GPU: tessel-run -n N tessel-collectives-bench ...\n";
+
 int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i)
+        if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
     if (device_count() == 0) {
         std::printf("no usable CUDA device: skipped\n");
         return 77;
@@ -125,7 +137,7 @@ int main(int argc, char** argv) {
             else if (a == "--op") {
                 const std::string v = value();
                 if (v != "all") o.ops = {v};
-            } else fail("unknown option ", a, " (see the comment at the top of bench/bench_collectives.cu)");
+            } else fail("unknown option ", a, " (--help lists them)");
         }
         for (const auto& op : o.ops)
             require(op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce" || op == "all_to_all",

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <tessel/ops/sort.hpp>
 
@@ -117,4 +118,19 @@ TEST_CASE("unique returns the sorted distinct values", "[ops][sort]") {
     want.erase(std::unique(want.begin(), want.end()), want.end());
     CHECK(unique(x).to_vector() == want);
     CHECK(unique(empty<float>({0})).numel() == 0);
+}
+
+TEST_CASE("unique compares with ==, as CUB's DeviceSelect::Unique: -0.0 is 0.0, each NaN stays", "[ops][sort]") {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto u = unique(from_host<float>({1.f, nan, -0.f, 2.f, nan, 0.f, 1.f, -nan}, {8})).to_vector();
+    // Radix order (positive NaN after +inf, the negative one before everything); runs of equal values keep their first.
+    REQUIRE(u.size() == 6);
+    CHECK((std::isnan(u[0]) && std::signbit(u[0])));
+    CHECK((u[1] == 0.f && std::signbit(u[1])));  // the first of -0.0 and 0.0 in the input
+    CHECK(u[2] == 1.f);
+    CHECK(u[3] == 2.f);
+    CHECK((std::isnan(u[4]) && std::isnan(u[5])));
+    const auto h = unique(from_host<__half>({__float2half(nan), __float2half(3.f), __float2half(nan)}, {3})).to_vector();
+    REQUIRE(h.size() == 3);
+    CHECK(float(h[0]) == 3.f);
 }

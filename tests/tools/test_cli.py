@@ -240,6 +240,10 @@ def run_checks(tr):
 
 
 def collectives_checks(cb):
+    for flag in ["--help", "-h"]:  # without a device too
+        r = run([cb, flag])
+        check(r.returncode == 0 and r.stdout.startswith("usage: tessel-collectives-bench") and "--op" in r.stdout,
+              f"tessel-collectives-bench {flag} prints its usage", f"exit {r.returncode}: {r.stdout[-200:]!r} {r.stderr[-200:]!r}")
     if run([cb, "-b", "8", "-e", "8", "--iters", "1", "--warmup", "0", "--op", "all_reduce"]).returncode == 77:
         print("skip  tessel-collectives-bench (no device)")
         return

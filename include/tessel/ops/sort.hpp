@@ -255,7 +255,11 @@ Tensor<T> unique(const Tensor<T>& x, std::optional<rt::stream_t> stream_opt = {}
 #else
         rt::stream_synchronize(stream);
         std::memcpy(out.data(), sorted.data(), std::size_t(x.numel()) * sizeof(T));
-        auto same = [](const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0 || ops::detail::radix_key(a, false) == ops::detail::radix_key(b, false); };
+        // As CUB's Unique, by ==: -0.0 and +0.0 are one value, and every NaN is distinct (even of the same bits).
+        auto same = [](const T& a, const T& b) {
+            const double av = static_cast<double>(a);
+            return av == av && ops::detail::radix_key(a, false) == ops::detail::radix_key(b, false);
+        };
         count = std::unique(out.data(), out.data() + x.numel(), same) - out.data();
 #endif
     }
