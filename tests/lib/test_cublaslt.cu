@@ -574,3 +574,13 @@ TEST_CASE("cuBLASLt's workspace comes from the caching allocator and goes back w
     tessel::cublas::release_workspaces();  // the threads' workspaces (their handles are their keys)
     CHECK(tessel::memory::allocated(dev) == before);
 }
+
+TEST_CASE("cuBLAS handles reduce in the compute type, never in a 16-bit output type", "[lib][cublaslt]") {
+    // cuBLAS's default math mode lets split-K keep fp16/bf16 partial sums; tessel's 16-bit products
+    // are rounded once from fp32 on every path (docs/matmul.md), so the handles refuse that.
+    cublasMath_t mode{};
+    const cublasHandle_t h = tessel::cublas::handle(tessel::Device{0}, nullptr);
+    REQUIRE(tessel::cublas::api::cublasGetMathMode(h, &mode) == CUBLAS_STATUS_SUCCESS);
+    CHECK((unsigned(mode) & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) != 0);
+    CHECK((unsigned(mode) & CUBLAS_TF32_TENSOR_OP_MATH) == 0);  // TF32 only by a call's compute type (allow_tf32)
+}

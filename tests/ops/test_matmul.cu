@@ -364,7 +364,7 @@ TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight
             }
     }
     const auto x = make<float>({3, 5}, 1, true).base, w = make<float>({4, 5}, 2, true).base;
-    CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("4 elements (one per output column)"));
+    CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("out_features (4) elements, not shape [5]"));
     CHECK_THAT(message([&] { (void)tessel::linear(x, make<float>({4, 6}, 4, true).base); }), Catch::Contains("in_features (6)"));
     CHECK_THAT(message([&] {
                    tessel::matmul(x, w.transpose(0, 1), tessel::empty<float>({3, 4}), MatmulOptions{},
@@ -425,6 +425,24 @@ TEST_CASE("matmul's autotune times the candidates on a problem's first call and 
     CHECK(last.loaded_from_file == mid.loaded_from_file + 1);
     CHECK(last.keys_tuned == mid.keys_tuned);
     CHECK(last.cache_hits == mid.cache_hits + 1);
+
+    // A line naming a variant that does not exist (an edited file) is skipped with a warning: the
+    // product is tuned again rather than failing on every call.
+    {
+        std::string line;
+        {
+            std::ifstream in(file);
+            REQUIRE(std::getline(in, line));
+        }
+        std::ofstream(file, std::ios::trunc) << line.substr(0, line.rfind(' ')) << " 99\n";
+        std::lock_guard lk(tessel::ops::detail::autotune_mutex());
+        tessel::ops::detail::autotune_state().winners.clear();
+    }
+    tessel::set_matmul_autotune_file(file);
+    check_result(tessel::matmul(D.base, E.base), de, true, 1, 0, {}, "a bad line skipped");
+    const auto retuned = tessel::matmul_autotune_stats();
+    CHECK(retuned.loaded_from_file == last.loaded_from_file);
+    CHECK(retuned.keys_tuned == last.keys_tuned + 1);
     tessel::set_matmul_autotune_file("");
     std::remove(file.c_str());
 

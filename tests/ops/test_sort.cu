@@ -62,18 +62,28 @@ TEMPLATE_TEST_CASE("sort and argsort rows, stable, both directions", "[ops][sort
     }
 }
 
-TEST_CASE("NaN and infinities sort where radix sort puts them", "[ops][sort]") {
+TEST_CASE("NaN of either sign sorts after +inf (before it descending), as in torch; infinities at the ends", "[ops][sort]") {
     const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    auto x = from_host<float>({3.f, nan, -inf, 1.f, inf, -2.f}, {6});
-    const auto up = sort(x).values.to_vector();
+    // -nan has the sign bit set, as x86's 0/0 does: raw radix order would put it before -inf.
+    auto x = from_host<float>({3.f, nan, -inf, 1.f, -nan, inf, -2.f}, {7});
+    const auto sorted = sort(x);
+    const auto up = sorted.values.to_vector();
     CHECK(up[0] == -inf);
     CHECK(up[1] == -2.f);
     CHECK(up[4] == inf);
-    CHECK(std::isnan(up[5]));
+    CHECK((std::isnan(up[5]) && std::isnan(up[6])));
+    CHECK(sorted.indices.to_vector() == std::vector<std::int64_t>{2, 6, 3, 0, 5, 1, 4});  // stable among the NaNs
     const auto down = sort(x, -1, true).values.to_vector();
-    CHECK(std::isnan(down[0]));
-    CHECK(down[1] == inf);
-    CHECK(down[5] == -inf);
+    CHECK((std::isnan(down[0]) && std::isnan(down[1])));
+    CHECK(down[2] == inf);
+    CHECK(down[6] == -inf);
+    CHECK(x.to_vector()[4] != x.to_vector()[4]);  // the input itself is left as it was
+    CHECK(std::signbit(x.to_vector()[4]));
+    const auto z = from_host<double>({0.0, 5.0, -1.0}, {3});
+    const auto made = sort(evaluate(z / z)).values.to_vector();  // NaN from the backend's own 0/0, whatever its sign
+    CHECK(made[0] == 1.0);
+    CHECK(made[1] == 1.0);
+    CHECK(std::isnan(made[2]));
     CHECK_THROWS_WITH(sort(empty<__nv_fp8_e4m3>({4})), Catch::Contains("fp8 keys are not supported"));
 }
 
@@ -123,13 +133,12 @@ TEST_CASE("unique returns the sorted distinct values", "[ops][sort]") {
 TEST_CASE("unique compares with ==, as CUB's DeviceSelect::Unique: -0.0 is 0.0, each NaN stays", "[ops][sort]") {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const auto u = unique(from_host<float>({1.f, nan, -0.f, 2.f, nan, 0.f, 1.f, -nan}, {8})).to_vector();
-    // Radix order (positive NaN after +inf, the negative one before everything); runs of equal values keep their first.
+    // Sorted with every NaN last; runs of equal values keep their first.
     REQUIRE(u.size() == 6);
-    CHECK((std::isnan(u[0]) && std::signbit(u[0])));
-    CHECK((u[1] == 0.f && std::signbit(u[1])));  // the first of -0.0 and 0.0 in the input
-    CHECK(u[2] == 1.f);
-    CHECK(u[3] == 2.f);
-    CHECK((std::isnan(u[4]) && std::isnan(u[5])));
+    CHECK((u[0] == 0.f && std::signbit(u[0])));  // the first of -0.0 and 0.0 in the input
+    CHECK(u[1] == 1.f);
+    CHECK(u[2] == 2.f);
+    CHECK((std::isnan(u[3]) && std::isnan(u[4]) && std::isnan(u[5])));
     const auto h = unique(from_host<__half>({__float2half(nan), __float2half(3.f), __float2half(nan)}, {3})).to_vector();
     REQUIRE(h.size() == 3);
     CHECK(float(h[0]) == 3.f);

@@ -1,6 +1,7 @@
 // Bad input to matmul: shapes that do not multiply or broadcast, outputs of the wrong shape, place or
 // layout, aliasing, dims past 32 bits, streams and devices, and its environment variables.
 #include <cstdint>
+#include <limits>
 
 #include <tessel/tessel.hpp>
 #include <tessel/ops/matmul.hpp>
@@ -119,4 +120,32 @@ BAD("matmul", "an fp8 product whose K cuBLASLt cannot take", Expect::unsupported
 BAD("matmul", "an fp8 per-tensor scale of two elements", Expect::invalid_argument, "a_scale is a per-tensor scale") {
     (void)matmul(zeros<__nv_fp8_e4m3>({3, 16}), zeros<__nv_fp8_e4m3>({16, 16}).transpose(0, 1), MatmulOptions{},
                  MatmulEpilogue<float>{.a_scale = dev({2})});
+};
+BAD("matmul", "an output that holds its own column scale", Expect::invalid_argument, "shares memory with the column scale") {
+    const auto out = dev({3, 5});  // the library path wrote products before the epilogue read the scale
+    matmul(zeros<std::int8_t>({3, 4}), zeros<std::int8_t>({5, 4}).transpose(0, 1), out, MatmulOptions{},
+           MatmulEpilogue<float>{.col_scale = out.select(0, 0)});
+};
+BAD("matmul", "an output that holds its own fp8 a_scale", Expect::invalid_argument, "shares memory with a_scale") {
+    const auto out = dev({3, 16});
+    matmul(zeros<__nv_fp8_e4m3>({3, 16}), zeros<__nv_fp8_e4m3>({16, 16}).transpose(0, 1), out, MatmulOptions{},
+           MatmulEpilogue<float>{.a_scale = out.select(0, 0).narrow(0, 0, 1)});
+};
+DEFINED("matmul", "a NaN alpha on the library path gives NaN (no float-to-int conversion of it)") {
+    const auto c = matmul(full<float>({2, 3}, 1.f), full<float>({3, 2}, 1.f),
+                          MatmulOptions{.alpha = std::numeric_limits<double>::quiet_NaN(), .policy = MatmulPolicy::library});
+    for (float v : c.to_vector()) expect(v != v, "NaN");
+};
+BAD("matmul", "an alpha past int32 into an int32 output", Expect::invalid_argument, "alpha = 3e+09") {
+    matmul(zeros<std::int8_t>({3, 16}), zeros<std::int8_t>({4, 16}).transpose(0, 1), zeros<int>({3, 4}), MatmulOptions{.alpha = 3e9});
+};
+BAD("matmul", "a NaN beta into an int32 output", Expect::invalid_argument, "beta = nan") {
+    matmul(zeros<std::int8_t>({3, 16}), zeros<std::int8_t>({4, 16}).transpose(0, 1), zeros<int>({3, 4}),
+           MatmulOptions{.beta = std::numeric_limits<double>::quiet_NaN()});
+};
+BAD("matmul", "a linear weight in host memory", Expect::invalid_argument, "linear: the weight is in host memory") {
+    (void)linear(dev({2, 3}), zeros<float>({4, 3}, {.space = MemorySpace::host}));
+};
+BAD("matmul", "a linear bias of the wrong length", Expect::invalid_argument, "linear: the bias must be a 1-d tensor of out_features (4)") {
+    (void)linear(dev({2, 3}), dev({4, 3}), dev({1, 5}));
 };

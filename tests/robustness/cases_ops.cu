@@ -238,6 +238,32 @@ BAD("amp", "a growth factor of 1", Expect::invalid_argument, "growth_factor > 1"
 };
 BAD("amp", "a backoff factor of 1", Expect::invalid_argument, "backoff_factor") { DynamicLossScaler s({.backoff_factor = 1.0}); };
 BAD("amp", "a zero initial scale", Expect::invalid_argument, "init_scale > 0") { DynamicLossScaler s({.init_scale = 0}); };
+BAD("amp", "an infinite initial scale", Expect::invalid_argument, "at most FLT_MAX") {
+    DynamicLossScaler s({.init_scale = std::numeric_limits<double>::infinity()});  // 1/scale would zero every gradient
+};
+BAD("amp", "an infinite growth factor", Expect::invalid_argument, "growth_factor inf") {
+    DynamicLossScaler s({.growth_factor = std::numeric_limits<double>::infinity()});
+};
+DEFINED("amp", "the scale grows no further than a finite float") {
+    DynamicLossScaler s({.init_scale = 1e38, .growth_factor = 2.0, .growth_interval = 1});
+    s.update();  // 2e38 is still a float
+    expect(s.scale() == 2e38, "2e38");
+    s.update();  // 4e38 is not: the scale stays, as GradScaler's does
+    expect(s.scale() == 2e38 && s.clean_steps() == 0, "kept at 2e38");
+};
+BAD_ENV("devices", "unscale_and_check with another device's stream", Expect::invalid_argument, "belongs to device 1",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const std::vector<Tensor<float>> g{zeros<float>({4}, {.device = Device{0}})};
+    const Stream s = Stream::create({}, Device{1});
+    unsigned* flag = static_cast<unsigned*>(memory::allocate(sizeof(unsigned)));
+    try {
+        unscale_and_check<float>(g, 0.5f, flag, s);
+    } catch (...) {
+        expect(g[0].to_vector() == std::vector<float>(4, 0.f), "the gradient is still usable");  // it was poisoned by a failed note_write
+        memory::deallocate(flag);
+        throw;
+    }
+};
 BAD("amp", "scale of an undefined loss", Expect::invalid_argument, "undefined") {
     DynamicLossScaler s;
     (void)s.scale(Tensor<float>{});
@@ -288,6 +314,25 @@ BAD("quantize", "a zero scale in one channel", Expect::invalid_argument, "channe
 };
 BAD("quantize", "a negative scale in one channel", Expect::invalid_argument, "channel 2 has scale -1") {
     (void)quantize(dev({3, 4}), ChannelQuantParams{from_host<float>({1.f, 1.f, -1.f}, {3}), zeros<I32>({3}), 0});
+};
+BAD("quantize", "choose_qparams of a tensor holding NaN", Expect::invalid_argument, "choose_qparams: x holds NaN") {
+    (void)choose_qparams(from_host<float>({1000.f, std::numeric_limits<float>::quiet_NaN(), -3.f}, {3}));  // was scale 1
+};
+BAD("quantize", "asymmetric choose_qparams of a tensor holding -inf", Expect::invalid_argument, "x holds an infinity") {
+    (void)choose_qparams(from_host<float>({-std::numeric_limits<float>::infinity(), 1.f}, {2}), false);  // was UB
+};
+BAD("quantize", "per-channel parameters of a channel holding NaN", Expect::invalid_argument, "channel 0 has scale nan") {
+    const auto x = from_host<float>({1000.f, std::numeric_limits<float>::quiet_NaN(), 500.f, 2.f}, {2, 2});
+    (void)quantize(x, choose_channel_qparams(x, 0));  // the NaN channel's scale was 1
+};
+BAD("quantize", "dequantize with a NaN scale", Expect::invalid_argument, "dequantize: scale must be positive") {
+    (void)dequantize(zeros<std::int8_t>({4}), QuantParams{std::numeric_limits<double>::quiet_NaN(), 0});
+};
+BAD("quantize", "dequantize with a zero point outside int8", Expect::invalid_argument, "dequantize: zero point 1000") {
+    (void)dequantize(zeros<std::int8_t>({4}), QuantParams{1.0, 1000});
+};
+BAD("quantize", "per-channel dequantize with a zero scale", Expect::invalid_argument, "dequantize: channel 0 has scale 0") {
+    (void)dequantize(zeros<std::int8_t>({2, 3}), ChannelQuantParams{from_host<float>({0.f, 1.f}, {2}), zeros<std::int32_t>({2}), 0});
 };
 BAD("quantize", "a channel's zero point outside int8", Expect::invalid_argument, "channel 0 has zero point 1000, outside int8") {
     (void)quantize(dev({3, 4}), ChannelQuantParams{full<float>({3}, 1.f), from_host<I32>({1000, 0, 0}, {3}), 0});

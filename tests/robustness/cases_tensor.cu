@@ -479,6 +479,10 @@ BAD_ENV("tensor", "peer access between devices that cannot", Expect::unsupported
         {{"TESSEL_SIM_DEVICES", "2"}, {"TESSEL_SIM_PEER", "0"}}) {
     enable_peer_access(Device{0}, Device{1});
 };
+BAD_ENV("tensor", "peer access of a device that does not exist with itself", Expect::invalid_argument, "device 9 does not exist",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    enable_peer_access(Device{9}, Device{9});  // returned silently: the a == b shortcut came first
+};
 
 // ---- monitoring: the sampler's options and policies --------------------------------------------
 BAD_ENV("monitor", "a sampler whose reading fails (a bad TESSEL_ALLOC_CONF): stop() rethrows it", Expect::invalid_argument,

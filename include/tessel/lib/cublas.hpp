@@ -39,6 +39,7 @@ using ::cublasCreate_v2;
 using ::cublasDestroy_v2;
 using ::cublasGemmStridedBatchedEx;
 using ::cublasGetStatusName;
+using ::cublasGetMathMode;
 using ::cublasSetMathMode;
 using ::cublasSetStream_v2;
 using ::cublasSetWorkspace_v2;
@@ -143,7 +144,13 @@ inline cublasHandle_t handle(Device device, rt::stream_t stream) {
             auto& free = p.free[device.index];
             if (!free.empty()) h = free.back(), free.pop_back();
         }
-        if (!h) check(api::cublasCreate_v2(&h), "cublasCreate");
+        if (!h) {
+            check(api::cublasCreate_v2(&h), "cublasCreate");
+            // As with cuBLASLt: reductions in the compute type, never in a 16-bit output type (the
+            // default allows it), so a 16-bit result is rounded once. TF32 is chosen per call.
+            check(api::cublasSetMathMode(h, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                  "cublasSetMathMode");
+        }
         mine.by_device[device.index] = h;
     }
     check(api::cublasSetStream_v2(h, stream), "cublasSetStream");

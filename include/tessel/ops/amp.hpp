@@ -41,6 +41,7 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
     }
     require(found_nonfinite != nullptr, "unscale_and_check: found_nonfinite is a null pointer; pass a device word (set to 0) that "
             "the kernel raises to 1 on an inf or NaN, as DynamicLossScaler does");
+    stream = stream_for("unscale_and_check", stream, device);  // before any launch or note_write: another device's stream fails here
     DeviceGuard guard(device);
     for (std::size_t first = 0; first < tensors.size(); first += amp_tensors_per_launch) {
         List list{};
@@ -78,10 +79,14 @@ public:
 
     explicit DynamicLossScaler(Options o = {}, std::optional<Device> device = std::nullopt)
         : o_(o), scale_(o.init_scale), device_(device ? *device : current_device()) {
-        require(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 && o.growth_interval > 0,
-                "DynamicLossScaler: needs init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0");
+        // The scale is used as a float (the loss's multiplier, 1/scale the gradients'): it must be one.
+        require(o.init_scale > 0 && o.init_scale <= max_scale && o.growth_factor > 1 && o.growth_factor <= max_scale &&
+                    o.backoff_factor > 0 && o.backoff_factor < 1 && o.growth_interval > 0,
+                "DynamicLossScaler: needs init_scale > 0 and growth_factor > 1, both at most FLT_MAX (finite floats), "
+                "0 < backoff_factor < 1, growth_interval > 0; got init_scale ", o.init_scale, ", growth_factor ", o.growth_factor, ", backoff_factor ",
+                o.backoff_factor, ", growth_interval ", o.growth_interval);
         DeviceGuard g(device_);
-        stream_ = current_stream(device_).handle();
+        stream_ = alloc_stream_ = current_stream(device_).handle();
         flag_ = static_cast<unsigned*>(memory::allocate(sizeof(unsigned), stream_));
         rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
     }
@@ -110,6 +115,8 @@ public:
         for (std::size_t k = 0; k < grads.size(); ++k)
             require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
                     grads[k].device().index, " but the scaler on device ", device_.index);
+        // The flag is written on this stream: its memory must outlive that work, wherever it is freed.
+        if (stream_ != alloc_stream_) memory::record_stream(flag_, stream_, device_);
         unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
     }
     template <Element T>
@@ -140,7 +147,8 @@ public:
             scale_ *= o_.backoff_factor;
             tracker_ = 0;
         } else if (++tracker_ == o_.growth_interval) {
-            scale_ *= o_.growth_factor;
+            // As GradScaler: grow only to a finite float (an inf scale would zero every gradient).
+            if (scale_ * o_.growth_factor <= max_scale) scale_ *= o_.growth_factor;
             tracker_ = 0;
         }
         rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
@@ -156,12 +164,14 @@ private:
         unscale(std::span<const typename G::value_type>(g.data(), g.size()), stream);
     }
 
+    static constexpr double max_scale = 3.4028234663852886e38;  // FLT_MAX
+
     Options o_;
     double scale_;
     int tracker_ = 0;
     Device device_;
     unsigned* flag_ = nullptr;
-    rt::stream_t stream_ = nullptr;
+    rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr;
 };
 
 }  // namespace tessel

@@ -7,6 +7,7 @@
 // docs/matmul.md says what runs where and when an operand is copied first.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <source_location>
 
@@ -87,7 +88,8 @@ void check_epilogue(const MatmulEpilogue<Out>& e, const MatmulShapes& s, const M
     if constexpr (std::is_same_v<Out, int>) {
         require(!e.fuses_anything(), "matmul: an int32 output is the exact int8 product: it takes no bias, activation, residual or "
                 "scales; write int8, fp32, bf16 or fp16 for a requantised or dequantised result");
-        require(o.alpha == std::int32_t(o.alpha) && o.beta == std::int32_t(o.beta), "matmul: an int32 output takes integer alpha and "
+        auto int32_value = [](double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == std::trunc(v); };  // NaN: false
+        require(int32_value(o.alpha) && int32_value(o.beta), "matmul: an int32 output takes integer alpha and "
                 "beta (the product is exact); got alpha = ", o.alpha, ", beta = ", o.beta, "; write fp32 (or int8) for a scaled result");
     }
     for (const auto* scale : {&e.row_scale, &e.col_scale}) {
@@ -207,6 +209,10 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
         check(a, "a");
         check(b, "b");
         if (epilogue.bias) check(*epilogue.bias, "the bias");
+        if (epilogue.row_scale) check(*epilogue.row_scale, "the row scale");
+        if (epilogue.col_scale) check(*epilogue.col_scale, "the column scale");
+        if (epilogue.a_scale) check(*epilogue.a_scale, "a_scale");
+        if (epilogue.b_scale) check(*epilogue.b_scale, "b_scale");
         // out += a @ b as residual = out: the library path writes the product into out before its
         // epilogue reads the residual, and a residual laid out otherwise than out would be read
         // after other blocks wrote it; one copy of the residual makes every path read the old values.
@@ -249,6 +255,15 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_id
             ::tessel::detail::shape_of(weight));
     require(x.defined() && x.dim() >= 1 && x.shape()[x.dim() - 1] == weight.shape()[1], "linear: the input's last dim must be the "
             "weight's in_features (", weight.shape()[1], "); the input has shape ", ::tessel::detail::shape_of(x));
+    // Named here as linear's arguments; matmul would call them b and the bias of a product.
+    auto in_host = [](const Tensor<T>& t) { return t.space() != MemorySpace::device && t.space() != MemorySpace::managed; };
+    require(!in_host(x) && !in_host(weight), "linear: the ", in_host(x) ? "input" : "weight", " is in host memory; move it to the device "
+            "with .to(Device{...}) first");
+    if (bias) {
+        require(bias->defined() && bias->dim() == 1 && bias->numel() == weight.shape()[0], "linear: the bias must be a 1-d tensor of "
+                "out_features (", weight.shape()[0], ") elements, not shape ", ::tessel::detail::shape_of(*bias));
+        require(!in_host(*bias), "linear: the bias is in host memory; move it to the device with .to(Device{...}) first");
+    }
     return matmul(x, weight.transpose(0, 1), options, MatmulEpilogue<T>{.bias = bias, .bias_per_row = false, .activation = activation}, site);
 }
 

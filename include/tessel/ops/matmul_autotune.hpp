@@ -31,6 +31,8 @@ struct MatmulCandidate {
     MatmulPolicy path = MatmulPolicy::library;
     int variant = 0;
 };
+// How many variants each path has (a file line naming another is skipped).
+inline constexpr int handwritten_variants = 3, library_variants = 4;
 
 // The variant the calling thread's products run: 0 except while autotuning times a candidate or
 // follows a winner.
@@ -99,8 +101,9 @@ inline std::int64_t read_autotune_file(const std::string& path) {
     if (!in) return 0;  // not written yet
     std::vector<std::string> tags;
     for (int d = 0; d < device_count(); ++d) tags.push_back(device_tag(d));
-    std::int64_t added = 0;
+    std::int64_t added = 0, line_number = 0;
     for (std::string line; std::getline(in, line);) {
+        ++line_number;
         std::istringstream f(line);
         std::string magic, name, cc, dtype, path_name;
         AutotuneKey key{};
@@ -114,6 +117,13 @@ inline std::int64_t read_autotune_file(const std::string& path) {
         key.fused = fused != 0;
         if (key.in_dtype.empty() || (path_name != "handwritten" && path_name != "library")) continue;
         c.path = path_name == "handwritten" ? MatmulPolicy::handwritten : MatmulPolicy::library;
+        if (c.variant < 0 || c.variant >= (c.path == MatmulPolicy::handwritten ? handwritten_variants : library_variants)) {
+            // Followed, it would fail every product of its key: a warning, as for a file that cannot be written.
+            std::fprintf(stderr, "tessel: %s:%lld: skipped: %s variant %d does not exist (0 to %d)\n", path.c_str(),
+                         static_cast<long long>(line_number), path_name.c_str(), c.variant,
+                         (c.path == MatmulPolicy::handwritten ? handwritten_variants : library_variants) - 1);
+            continue;
+        }
         for (int d = 0; d < int(tags.size()); ++d) {
             if (tags[std::size_t(d)] != name + " " + cc) continue;
             key.device = d;

@@ -196,7 +196,10 @@ void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const 
     if (std::is_same_v<T, float> && o.allow_tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     const float alpha32 = float(o.alpha), beta32 = float(o.beta);
     const double alpha64 = o.alpha, beta64 = o.beta;
-    const std::int32_t alpha_i = std::int32_t(o.alpha), beta_i = std::int32_t(o.beta);
+    // Only an int8 product reads these (its alpha and beta were checked to be int32 values): any other
+    // alpha, NaN or past 2^31 included, must not go through the conversion (undefined behaviour).
+    std::int32_t alpha_i = 0, beta_i = 0;
+    if constexpr (std::is_same_v<T, std::int8_t>) alpha_i = std::int32_t(o.alpha), beta_i = std::int32_t(o.beta);
     const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha64)
                         : compute == CUBLAS_COMPUTE_32I ? static_cast<const void*>(&alpha_i) : &alpha32;
     const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64)
@@ -395,7 +398,8 @@ std::vector<MatmulCandidate> autotune_candidates() {
     std::vector<MatmulCandidate> c;
     if constexpr (std::is_same_v<T, double>) c.push_back({MatmulPolicy::handwritten, 0});
     else c.insert(c.end(), {{MatmulPolicy::handwritten, 1}, {MatmulPolicy::handwritten, 2}});
-    for (int i = 0; i < 4; ++i) c.push_back({MatmulPolicy::library, i});
+    static_assert(library_variants <= cublaslt::detail::max_algorithms && handwritten_variants == 3);
+    for (int i = 0; i < library_variants; ++i) c.push_back({MatmulPolicy::library, i});
     return c;
 }
 

@@ -35,6 +35,22 @@ Tensor<P> along_axis(const Tensor<P>& p, int axis, int rank, std::int64_t channe
     for (int d = axis + 1; d < rank; ++d) v = v.unsqueeze(-1);
     return v;
 }
+// The parameters quantize and dequantize accept: a positive, finite float scale and a zero point in
+// int8; `op` names the caller. The per-channel form reads its C values back once (a wait for the
+// stream; quantising a weight is not a hot loop) so that the error names the channel.
+inline void check_qparams(const char* op, double scale, int zero_point) {
+    require(float(scale) > 0 && std::isfinite(float(scale)), op, ": scale must be positive and finite as a float, got ", scale);
+    require(zero_point >= -128 && zero_point <= 127, op, ": zero point ", zero_point, " is outside int8");
+}
+inline void check_channel_qparams(const char* op, const Tensor<float>& scale, const Tensor<std::int32_t>& zero_point) {
+    const std::vector<float> scales = scale.to_vector();
+    const std::vector<std::int32_t> zeros = zero_point.to_vector();
+    for (std::size_t c = 0; c < scales.size(); ++c) {
+        require(scales[c] > 0 && std::isfinite(scales[c]), op, ": channel ", c, " has scale ", scales[c],
+                "; scales must be positive and finite");
+        require(zeros[c] >= -128 && zeros[c] <= 127, op, ": channel ", c, " has zero point ", zeros[c], ", outside int8");
+    }
+}
 inline int wrap_axis(int axis, int rank) {
     require(axis >= -rank && axis < rank, "quantisation: axis ", axis, " out of range for rank ", rank);
     return axis < 0 ? axis + rank : axis;
@@ -49,7 +65,11 @@ inline constexpr double smallest_scale = double(std::numeric_limits<float>::min(
 // [min(x, 0), max(x, 0)] onto [-128, 127]. Reads two values back from the device (synchronises).
 template <Element T>
 QuantParams choose_qparams(const Tensor<T>& x, bool symmetric = true) {
-    const double lo = std::min(0.0, convert<double>(amin(x).item())), hi = std::max(0.0, convert<double>(amax(x).item()));
+    const double x_min = convert<double>(amin(x).item()), x_max = convert<double>(amax(x).item());
+    // std::min(0, NaN) is 0: a NaN would vanish from the range instead of failing.
+    require(std::isfinite(x_min) && std::isfinite(x_max), "choose_qparams: x holds ", std::isnan(x_min) || std::isnan(x_max) ? "NaN" : "an infinity",
+            " (min ", x_min, ", max ", x_max, "); int8 quantisation needs a finite range");
+    const double lo = std::min(0.0, x_min), hi = std::max(0.0, x_max);
     if (symmetric) {
         const double m = std::max(std::fabs(lo), std::fabs(hi));
         return {m > 0 ? std::max(m / 127.0, smallest_scale) : 1.0, 0};
@@ -69,10 +89,12 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
     ChannelQuantParams p{empty<float>({x.size(a)}, {.device = x.device()}), empty<std::int32_t>({x.size(a)}, {.device = x.device()}), a};
     if (symmetric) {
         const auto m = maximum(abs(lo), abs(hi));
-        (p.scale = where(m > 0, maximum(m / 127.0, smallest_scale), 1.0)).run();
+        // A channel holding NaN or an infinity gets that as its scale (where(m > 0) would turn NaN into
+        // 1), which quantize refuses naming the channel.
+        (p.scale = where(m == 0, 1.0, maximum(m / 127.0, smallest_scale))).run();
         p.zero_point = zeros<std::int32_t>({x.size(a)}, {.device = x.device()});
     } else {
-        (p.scale = where(hi > lo, maximum((hi - lo) / 255.0, smallest_scale), 1.0)).run();
+        (p.scale = where(hi == lo, 1.0, maximum((hi - lo) / 255.0, smallest_scale))).run();
         (p.zero_point = cast_to<std::int32_t>(clamp(round(-128.0 - lo / p.scale), -128, 127))).run();
     }
     return p;
@@ -81,9 +103,7 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
 // Quantises to int8 with one scale and zero point.
 template <Element T>
 Tensor<std::int8_t> quantize(const Tensor<T>& x, QuantParams p) {
-    require(float(p.scale) > 0 && std::isfinite(float(p.scale)), "quantize: scale must be positive and finite as a float, got ",
-            p.scale);
-    require(p.zero_point >= -128 && p.zero_point <= 127, "quantize: zero point ", p.zero_point, " is outside int8");
+    ops::detail::check_qparams("quantize", p.scale, p.zero_point);
     Tensor<std::int8_t> q = empty<std::int8_t>(x.shape(), {.device = x.device()});
     (q = cast_to<std::int8_t>(clamp(round(cast_to<float>(x) / float(p.scale)) + p.zero_point, -128, 127))).run();
     return q;
@@ -94,28 +114,22 @@ Tensor<std::int8_t> quantize(const Tensor<T>& x, const ChannelQuantParams& p) {
     const int a = ops::detail::wrap_axis(p.axis, x.dim());
     const auto s = ops::detail::along_axis(p.scale, a, x.dim(), x.size(a), "scale");
     const auto z = ops::detail::along_axis(p.zero_point, a, x.dim(), x.size(a), "zero_point");
-    // The per-tensor form's checks, channel by channel: the parameters are read back once (C values,
-    // a wait for the stream; quantising a weight is not a hot loop) so that a zero, negative or NaN
-    // scale is an error naming the channel rather than a tensor of saturated codes.
-    const std::vector<float> scales = p.scale.to_vector();
-    const std::vector<std::int32_t> zeros = p.zero_point.to_vector();
-    for (std::size_t c = 0; c < scales.size(); ++c) {
-        require(scales[c] > 0 && std::isfinite(scales[c]), "quantize: channel ", c, " has scale ", scales[c],
-                "; scales must be positive and finite");
-        require(zeros[c] >= -128 && zeros[c] <= 127, "quantize: channel ", c, " has zero point ", zeros[c], ", outside int8");
-    }
+    // A zero, negative or NaN scale is an error naming the channel rather than a tensor of saturated codes.
+    ops::detail::check_channel_qparams("quantize", p.scale, p.zero_point);
     Tensor<std::int8_t> q = empty<std::int8_t>(x.shape(), {.device = x.device()});
     (q = cast_to<std::int8_t>(clamp(round(cast_to<float>(x) / s) + z, -128, 127))).run();
     return q;
 }
 // Back to float32: (q - zero_point) * scale.
 inline Tensor<float> dequantize(const Tensor<std::int8_t>& q, QuantParams p) {
+    ops::detail::check_qparams("dequantize", p.scale, p.zero_point);  // the parameters quantize would take
     return evaluate((cast_to<float>(q) - float(p.zero_point)) * float(p.scale));
 }
 inline Tensor<float> dequantize(const Tensor<std::int8_t>& q, const ChannelQuantParams& p) {
     const int a = ops::detail::wrap_axis(p.axis, q.dim());
     const auto s = ops::detail::along_axis(p.scale, a, q.dim(), q.size(a), "scale");
     const auto z = ops::detail::along_axis(p.zero_point, a, q.dim(), q.size(a), "zero_point");
+    ops::detail::check_channel_qparams("dequantize", p.scale, p.zero_point);
     return evaluate((cast_to<float>(q) - z) * s);
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -130,7 +131,15 @@ Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::
     ops::detail::require_sortable("sort", x);
     const rt::stream_t stream = stream_for("sort", stream_opt, x.device());
     DeviceGuard guard(x.device());
-    const Tensor<T> in = ops::detail::rows_of(x, axis, stream);
+    Tensor<T> in = ops::detail::rows_of(x, axis, stream);
+    if constexpr (ops::is_float_type<T>) {
+        // Radix order puts a NaN with the sign bit set (x86's 0/0, or -nan) before -inf; torch puts
+        // every NaN last (first descending). One pass makes each NaN the positive quiet NaN, whose
+        // place is that on both backends. (A new tensor: rows_of may return x itself.)
+        Tensor<T> positive = empty<T>(in.shape(), {.device = x.device(), .stream = stream});
+        (positive = where(isnan(in), std::numeric_limits<double>::quiet_NaN(), in)).run(stream);
+        in = positive;
+    }
     const std::int64_t cols = in.dim() ? in.shape()[in.dim() - 1] : 1, n = in.numel(), rows = cols ? n / cols : 0;
     Tensor<T> keys = empty<T>(in.shape(), {.device = x.device(), .stream = stream});
     Tensor<std::int64_t> idx = empty<std::int64_t>(in.shape(), {.device = x.device(), .stream = stream});

@@ -23,6 +23,8 @@ inline bool can_access_peer(Device a, Device b) {
 // Lets kernels and copies on device a access device b's memory directly; no effect if already
 // enabled or a == b. Unsupported, naming both, when the pair cannot (no NVLink, no PCIe P2P).
 inline void enable_peer_access(Device a, Device b) {
+    detail::require_device(a);  // before the a == b shortcut: device 9 of 2 is an error even paired with itself
+    detail::require_device(b);
     if (a.index == b.index) return;
     if (!can_access_peer(a, b))
         fail<Unsupported>("enable_peer_access: device ", a.index, " cannot access device ", b.index,
@@ -49,7 +51,8 @@ inline int enable_all_peer_access() {
 
 // Copies `bytes` from device `src_device`'s memory to device `dst_device`'s, ordered on `stream`
 // (of either device): cudaMemcpyPeerAsync, direct where peer access is enabled, staged by the driver
-// otherwise.
+// otherwise. Raw pointers, as cudaMemcpyPeerAsync takes them: that both ranges lie in their
+// allocations is the caller's to know (Tensor::to(device) and copy_ check shapes themselves).
 inline void copy_between(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes, rt::stream_t stream) {
     TESSEL_CUDA_CHECK(rt::api::cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, stream));
 }

@@ -32,6 +32,7 @@ TESSEL_API cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t
 TESSEL_API cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream);
 TESSEL_API cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, std::size_t bytes);
 TESSEL_API cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+TESSEL_API cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode);
 TESSEL_API const char* cublasGetStatusName(cublasStatus_t status);
 TESSEL_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                                                      int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
@@ -288,6 +289,12 @@ TESSEL_API cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* wor
 TESSEL_API cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     handle->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+TESSEL_API cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
+    *mode = handle->math;
     return CUBLAS_STATUS_SUCCESS;
 }
 TESSEL_API const char* cublasGetStatusName(cublasStatus_t status) {

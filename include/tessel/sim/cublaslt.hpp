@@ -116,6 +116,9 @@ struct PrefState {
     std::uint32_t magic = 0x4c745072;
     std::uint64_t max_workspace = 0;
     std::uint32_t align[4] = {256, 256, 256, 256};  // the documented defaults
+    // Which split-K reduction schemes the heuristic may pick. The stand-in always reduces in fp32,
+    // which every mask allows; tessel leaves out OUTPUT_TYPE so that a GPU does the same.
+    std::uint32_t reduction_scheme_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
 };
 struct AlgoState {
     std::uint32_t magic = 0x4c74416c;
@@ -179,6 +182,7 @@ inline std::pair<void*, std::size_t> field(PrefState& p, cublasLtMatmulPreferenc
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return {&p.align[1], 4};
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return {&p.align[2], 4};
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return {&p.align[3], 4};
+        case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: return {&p.reduction_scheme_mask, 4};
         default: return {nullptr, 0};
     }
 }
