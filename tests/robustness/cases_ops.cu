@@ -238,6 +238,11 @@ BAD("amp", "a growth factor of 1", Expect::invalid_argument, "growth_factor > 1"
 };
 BAD("amp", "a backoff factor of 1", Expect::invalid_argument, "backoff_factor") { DynamicLossScaler s({.backoff_factor = 1.0}); };
 BAD("amp", "a zero initial scale", Expect::invalid_argument, "init_scale > 0") { DynamicLossScaler s({.init_scale = 0}); };
+BAD("amp", "a gradient listed twice", Expect::invalid_argument, "tensors 0 and 2 share memory") {
+    DynamicLossScaler s;
+    const auto g = dev({4});
+    s.unscale({g, dev({3}), g});  // it was divided by the scale twice
+};
 BAD("amp", "an infinite initial scale", Expect::invalid_argument, "at most FLT_MAX") {
     DynamicLossScaler s({.init_scale = std::numeric_limits<double>::infinity()});  // 1/scale would zero every gradient
 };

@@ -39,6 +39,21 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
                 "unscale_and_check: tensor ", k, " must be a contiguous device tensor on ", backend_name, ":", device.index,
                 "; its shape: ", ::tessel::detail::shape_of(t));
     }
+    {
+        // Each element is unscaled once: a gradient listed twice (or two views of one buffer) would be
+        // divided by the scale twice.
+        std::vector<std::size_t> order(tensors.size());
+        for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+        auto start = [&](std::size_t k) { return reinterpret_cast<std::uintptr_t>(tensors[k].data()); };
+        std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return start(x) < start(y); });
+        for (std::size_t i = 1; i < order.size(); ++i) {
+            const std::size_t p = order[i - 1], k = order[i];
+            require(tensors[p].numel() == 0 || tensors[k].numel() == 0 ||
+                        start(p) + std::uintptr_t(tensors[p].numel()) * sizeof(T) <= start(k),
+                    "unscale_and_check: tensors ", std::min(p, k), " and ", std::max(p, k),
+                    " share memory; each gradient must be listed once (it would be unscaled twice)");
+        }
+    }
     require(found_nonfinite != nullptr, "unscale_and_check: found_nonfinite is a null pointer; pass a device word (set to 0) that "
             "the kernel raises to 1 on an inf or NaN, as DynamicLossScaler does");
     stream = stream_for("unscale_and_check", stream, device);  // before any launch or note_write: another device's stream fails here
