@@ -1,9 +1,11 @@
 // dist::Communicator against host references: every collective and point-to-point call on 1, 2,
 // 3 and 4 ranks of one process (the sim's devices: ctest tests.sim-dist runs these with 4 simulated
 // devices; a GPU runs the 1-rank case in the main suite), integer-valued data of odd length so each
-// reduction is exact, outputs poisoned first; then what must fail: a rank that never joins (the
-// watchdog aborts after the timeout and the error names the collective), ranks that disagree on a
-// collective's size (the sim's stand-in names both), and bad arguments.
+// reduction but avg is exact (avg within its bound), outputs poisoned first; then what must fail: a
+// rank that never joins (the watchdog aborts after the timeout and the error names the collective),
+// ranks that disagree on a collective's size (the sim's stand-in names both), and bad arguments;
+// then NCCL's arithmetic (tolerances that hold for any order of the ranks; on the sim, whose order
+// is fixed, the exact per-step result too) and the misuse NCCL would hang or corrupt memory on.
 #include <tessel/dist/communicator.hpp>
 #include <tessel/tessel.hpp>
 
@@ -11,7 +13,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <future>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -78,13 +82,15 @@ void check_collectives(int n) {
                 const double v = double(data[std::size_t(r)][std::size_t(i)]);
                 acc = op == ReduceOp::prod ? acc * v : op == ReduceOp::max ? std::max(acc, v) : op == ReduceOp::min ? std::min(acc, v) : acc + v;
             }
-            if (op == ReduceOp::avg) acc = double(T(acc / n));
+            if (op == ReduceOp::avg) acc /= n;  // the mean: NCCL premultiplies by 1/n, within avg_tolerance of it
             want[std::size_t(i)] = acc;
         }
+        const double tolerance = op == ReduceOp::avg ? tessel_test::avg_tolerance<T>(n) : 0.0;
         for (int r = 0; r < n; ++r) {
             const auto got = t[std::size_t(r)].to_vector();
             INFO("all_reduce op " << int(op) << " on rank " << r);
-            for (std::int64_t i = 0; i < count; ++i) REQUIRE(double(got[std::size_t(i)]) == want[std::size_t(i)]);
+            for (std::int64_t i = 0; i < count; ++i)
+                REQUIRE(std::abs(double(got[std::size_t(i)]) - want[std::size_t(i)]) <= tolerance * std::abs(want[std::size_t(i)]));
         }
     }
     // broadcast from the last rank; reduce (sum) onto rank 0, the others unchanged.
@@ -215,8 +221,10 @@ TEST_CASE("ranks that disagree on a collective's size fail, naming both", "[.dis
     const auto comms = Communicator::create_local(first(2));
     std::vector<tessel::Stream> streams = {tessel::Stream::create({}, Device{0}), tessel::Stream::create({}, Device{1})};
     const Tensor<float> a = on(values<float>(0, 12), Device{0}), b = on(values<float>(1, 10), Device{1});
-    comms[0].all_reduce(a, ReduceOp::sum, streams[0].handle());
-    comms[1].all_reduce(b, ReduceOp::sum, streams[1].handle());
+    tessel::dist::group([&] {  // one thread, two ranks: a group, as NCCL requires
+        comms[0].all_reduce(a, ReduceOp::sum, streams[0].handle());
+        comms[1].all_reduce(b, ReduceOp::sum, streams[1].handle());
+    });
     for (auto& s : streams) {
         try {
             s.synchronize();
@@ -449,4 +457,350 @@ TEST_CASE("a rank per thread: one that aborts fails the others at once; one that
     for (const auto& r : results)
         CHECK_THAT(r, Contains("all_reduce: the ranks disagree") && Contains("rank 0 calls all_reduce of 10 elements") &&
                           Contains("rank 1 calls all_reduce of 11 elements"));
+}
+
+// ---- NCCL's semantics the sim's stand-in follows, and the misuse tessel refuses ----
+
+namespace {
+template <class T>
+double to_double(T v) {
+    if constexpr (std::is_arithmetic_v<T>) return double(v);
+    else return double(float(v));
+}
+template <class T>
+T from_double(double v) {
+    if constexpr (std::is_arithmetic_v<T>) return T(v);
+    else return T(float(v));
+}
+// all_reduce(op) of rank r's data[r] over the ranks of create_local (one group): every rank's result.
+template <class T>
+std::vector<std::vector<T>> all_reduce_local(const std::vector<Communicator>& comms, const std::vector<std::vector<double>>& data, ReduceOp op) {
+    std::vector<Tensor<T>> t;
+    for (std::size_t r = 0; r < comms.size(); ++r) {
+        std::vector<T> v;
+        for (double x : data[r]) v.push_back(from_double<T>(x));
+        t.push_back(on(v, comms[r].device()));
+    }
+    tessel::dist::group([&] {
+        for (std::size_t r = 0; r < comms.size(); ++r) comms[r].all_reduce(t[r], op);
+    });
+    std::vector<std::vector<T>> out;
+    for (const auto& x : t) out.push_back(x.to_vector());
+    return out;
+}
+
+// A sum of 16-bit or fp8 values on 3 ranks: within the bound of n - 1 roundings to T in any order
+// (NCCL's depends on its algorithm), |error| <= (n - 1) u sum|x| with u T's unit roundoff (fp8:
+// NCCL adds in half and rounds to fp8, u of both). Element 0 is big + 1 + 1 with big + 1 a tie
+// that rounds to even (big): on the sim, which adds in rank order rounding at every step as NCCL
+// does, it is big; rounding the exact sum once would give big + 2.
+template <class T>
+void check_low_precision_sum(const std::vector<Communicator>& comms, double big, double u, const char* name) {
+    INFO(name);
+    const int n = 3;
+    std::vector<std::vector<double>> data(n);
+    for (int r = 0; r < n; ++r) {
+        data[std::size_t(r)].push_back(r == 0 ? big : 1.0);
+        for (int i = 1; i < 16; ++i) data[std::size_t(r)].push_back(0.25 * double(1 + (i * 7 + r * 3) % 5) * (i % 3 == 0 ? -1 : 1));
+    }
+    const auto got = all_reduce_local<T>(comms, data, ReduceOp::sum);
+    for (int r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < data[0].size(); ++i) {
+            double exact = 0, magnitude = 0;
+            for (int q = 0; q < n; ++q) exact += data[std::size_t(q)][i], magnitude += std::abs(data[std::size_t(q)][i]);
+            INFO("rank " << r << " element " << i);
+            CHECK(std::abs(to_double(got[std::size_t(r)][i]) - exact) <= (n - 1) * u * magnitude);
+        }
+    if (tessel::backend == tessel::Backend::sim)
+        for (int r = 0; r < n; ++r) CHECK(to_double(got[std::size_t(r)][0]) == big);
+}
+}  // namespace
+
+TEST_CASE("avg, 16-bit and fp8 sums round as NCCL does: per step in the element type, avg premultiplied", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 3);
+    const auto comms = Communicator::create_local(first(3));
+    check_low_precision_sum<__half>(comms, 2048, std::ldexp(1.0, -11), "float16");
+    check_low_precision_sum<__nv_bfloat16>(comms, 256, std::ldexp(1.0, -8), "bfloat16");
+    check_low_precision_sum<__nv_fp8_e4m3>(comms, 16, std::ldexp(1.0, -4) + std::ldexp(1.0, -11), "fp8 e4m3");
+    check_low_precision_sum<__nv_fp8_e5m2>(comms, 8, std::ldexp(1.0, -3) + std::ldexp(1.0, -11), "fp8 e5m2");
+    // avg of float on 3 ranks: within avg_tolerance of the mean (NCCL multiplies by float(1/3)
+    // first); on the sim, element 0 is the premultiplied sum in rank order, which the mean rounded
+    // once is not: 1, 2 and 4 give 7/3 rounded to 2.33333325 but fl(fl(1 s) + fl(2 s)) + fl(4 s) =
+    // 2.33333349 with s = fl(1/3).
+    std::vector<std::vector<double>> data{{1, 5, 0.1}, {2, 7, 0.2}, {4, 9, 0.7}};
+    const auto got = all_reduce_local<float>(comms, data, ReduceOp::avg);
+    for (int r = 0; r < 3; ++r) {
+        for (std::size_t i = 0; i < data[0].size(); ++i) {
+            const double mean = (double(float(data[0][i])) + double(float(data[1][i])) + double(float(data[2][i]))) / 3;
+            CHECK(std::abs(double(got[std::size_t(r)][i]) - mean) <= tessel_test::avg_tolerance<float>(3) * std::abs(mean));
+        }
+        if (tessel::backend == tessel::Backend::sim) {
+            const float s = float(1.0 / 3);
+            CHECK(got[std::size_t(r)][0] == (1.0f * s + 2.0f * s) + 4.0f * s);
+            CHECK(got[std::size_t(r)][0] != float(7.0 / 3));
+        }
+    }
+}
+
+TEST_CASE("max and min ignore a NaN as fmax/fmin do (NCCL), on every rank's side", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    const auto comms = Communicator::create_local(first(2));
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    // Elements: NaN on rank 0 only, on rank 1 only, on both, on neither.
+    const std::vector<std::vector<double>> data{{nan, 2, nan, 3}, {1, nan, nan, -1}};
+    auto check = [&](auto zero, const char* name) {
+        using T = decltype(zero);
+        INFO(name);
+        for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+            const auto got = all_reduce_local<T>(comms, data, op);
+            for (int r = 0; r < 2; ++r) {
+                INFO((op == ReduceOp::max ? "max" : "min") << " on rank " << r);
+                CHECK(to_double(got[std::size_t(r)][0]) == 1);
+                CHECK(to_double(got[std::size_t(r)][1]) == 2);
+                CHECK(std::isnan(to_double(got[std::size_t(r)][2])));
+                CHECK(to_double(got[std::size_t(r)][3]) == (op == ReduceOp::max ? 3 : -1));
+            }
+        }
+    };
+    check(float{}, "float32");
+    check(double{}, "float64");
+    check(__half{}, "float16");
+    check(__nv_bfloat16{}, "bfloat16");
+}
+
+TEST_CASE("integer reductions are exact beyond 2^53 and wrap on overflow, as NCCL computes in the element type", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 3);
+    const auto comms = Communicator::create_local(first(3));
+    const std::int64_t big = std::int64_t(1) << 53;
+    // Rank r: 2^53 + 1 + r (not doubles), INT64_MAX - r (the sum wraps), -r * 2^61 (a product too).
+    auto int64_data = [&](int r) { return std::vector<std::int64_t>{big + 1 + r, std::numeric_limits<std::int64_t>::max() - r, -(std::int64_t(r + 1) << 61)}; };
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::max, ReduceOp::min}) {
+        std::vector<Tensor<std::int64_t>> t;
+        for (int r = 0; r < 3; ++r) t.push_back(on(int64_data(r), Device{r}));
+        tessel::dist::group([&] {
+            for (int r = 0; r < 3; ++r) comms[std::size_t(r)].all_reduce(t[std::size_t(r)], op);
+        });
+        for (std::size_t i = 0; i < 3; ++i) {
+            // The reference: exact in 128 bits, then wrapped to 64 as two's complement.
+            __int128 acc = int64_data(0)[i];
+            for (int r = 1; r < 3; ++r) {
+                const __int128 v = int64_data(r)[i];
+                acc = op == ReduceOp::sum ? acc + v : op == ReduceOp::max ? std::max(acc, v) : op == ReduceOp::min ? std::min(acc, v)
+                                                                                              : __int128(std::uint64_t(acc) * std::uint64_t(v));
+            }
+            const auto want = std::int64_t(std::uint64_t(acc));
+            for (int r = 0; r < 3; ++r) {
+                INFO("int64 op " << int(op) << " element " << i << " rank " << r);
+                CHECK(t[std::size_t(r)].to_vector()[i] == want);
+            }
+        }
+    }
+    // int32: INT32_MAX + 1 + 1 wraps to INT32_MIN + 1; 50000^2 * 3 wraps modulo 2^32.
+    std::vector<Tensor<std::int32_t>> s, p;
+    for (int r = 0; r < 3; ++r) {
+        s.push_back(on(std::vector<std::int32_t>{r == 0 ? std::numeric_limits<std::int32_t>::max() : 1}, Device{r}));
+        p.push_back(on(std::vector<std::int32_t>{r == 2 ? 3 : 50000}, Device{r}));
+    }
+    tessel::dist::group([&] {
+        for (int r = 0; r < 3; ++r) comms[std::size_t(r)].all_reduce(s[std::size_t(r)], ReduceOp::sum);
+    });
+    tessel::dist::group([&] {
+        for (int r = 0; r < 3; ++r) comms[std::size_t(r)].all_reduce(p[std::size_t(r)], ReduceOp::prod);
+    });
+    const std::int64_t product = std::int64_t(50000) * 50000 * 3;
+    for (int r = 0; r < 3; ++r) {
+        CHECK(s[std::size_t(r)].to_vector()[0] == std::numeric_limits<std::int32_t>::min() + 1);
+        CHECK(p[std::size_t(r)].to_vector()[0] == std::int32_t(std::uint32_t(std::uint64_t(product))));
+    }
+}
+
+TEST_CASE("fp8 reductions need sm_90, as NCCL's; gathers of fp8 run anywhere", "[dist]") {
+    using tessel::testing::message;
+    CHECK_THAT(message([] { tessel::dist::detail::check_fp8_reduction("all_reduce", 80, 1); }),
+               Catch::Contains("all_reduce: NCCL reduces fp8 only on devices of compute capability 9.0 or later; device 1 is 8.0"));
+    CHECK_THROWS_AS(tessel::dist::detail::check_fp8_reduction("reduce", 89, 0), tessel::InvalidArgument);
+    CHECK_NOTHROW(tessel::dist::detail::check_fp8_reduction("reduce", 90, 0));
+    CHECK_NOTHROW(tessel::dist::detail::check_fp8_reduction("reduce", 120, 0));
+    if (tessel::device_count() == 0) return;
+    const auto comms = Communicator::create_local({Device{0}});
+    const auto t = on(std::vector<__nv_fp8_e4m3>(5, __nv_fp8_e4m3(1.5f)), Device{0});
+    const auto gathered = tessel::empty<__nv_fp8_e4m3>({5}, {.device = Device{0}});
+    comms[0].all_gather(t, gathered);  // bytes: any device
+    const auto props = tessel::properties(Device{0});
+    if (props.major * 10 + props.minor >= 90) {
+        comms[0].all_reduce(t, ReduceOp::max);
+        CHECK(float(t.to_vector()[2]) == 1.5f);
+    } else {
+        CHECK_THROWS_AS(comms[0].all_reduce(t), tessel::InvalidArgument);
+        CHECK_THROWS_AS(comms[0].reduce_scatter(t, gathered), tessel::InvalidArgument);
+    }
+    CHECK(float(gathered.to_vector()[4]) == 1.5f);
+    comms[0].check();
+}
+
+TEST_CASE("a timeout must be positive and at most a day: milliseconds::max() is refused, naming it", "[dist]") {
+    if (tessel::device_count() == 0) return;
+    using tessel::testing::message;
+    const auto forever = std::chrono::milliseconds::max();
+    CHECK_THAT(message([&] { (void)Communicator::create_local({Device{0}}, {.timeout = forever}); }),
+               Catch::Contains("Communicator::create_local: the timeout must be positive and at most a day (86400000 ms); it is " +
+                               std::to_string(forever.count()) + " ms"));
+    CHECK_THROWS_AS(Communicator::create(0, 1, Communicator::unique_id(), Device{0}, {.timeout = std::chrono::hours(25)}), tessel::InvalidArgument);
+    CHECK_THROWS_AS(Communicator::create_local({Device{0}}, {.timeout = std::chrono::milliseconds(-1)}), tessel::InvalidArgument);
+    const auto day = Communicator::create_local({Device{0}}, {.timeout = std::chrono::hours(24)});  // the bound itself is fine
+    auto t = tessel::ones<float>({3}, {.device = Device{0}});
+    day[0].all_reduce(t);
+    CHECK(t.to_vector() == std::vector<float>{1, 1, 1});
+    day[0].check();
+}
+
+TEST_CASE("overlapping in and out: all_to_all refuses any overlap, all_gather and reduce_scatter all but NCCL's in-place layout", "[dist]") {
+    if (tessel::device_count() == 0) return;
+    using tessel::testing::message;
+    const auto comms = Communicator::create_local({Device{0}});
+    const auto& c = comms[0];
+    auto buf = on(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, Device{0});
+    CHECK_THAT(message([&] { c.all_to_all(buf, buf); }), Catch::Contains("all_to_all: in and out overlap; NCCL has no in-place all_to_all"));
+    CHECK_THROWS_AS(c.all_to_all(buf.narrow(0, 0, 4), buf.narrow(0, 2, 4)), tessel::InvalidArgument);
+    CHECK_THAT(message([&] { c.all_gather(buf.narrow(0, 1, 4), buf.narrow(0, 0, 4)); }),
+               Catch::Contains("all_gather: in and out overlap, and not in NCCL's in-place layout (in = block rank() of out, 0 elements in)"));
+    CHECK_THAT(message([&] { c.reduce_scatter(buf.narrow(0, 2, 4), buf.narrow(0, 3, 4)); }),
+               Catch::Contains("reduce_scatter: in and out overlap, and not in NCCL's in-place layout"));
+    // In place (rank 0: block 0) and apart: fine.
+    c.all_gather(buf.narrow(0, 0, 4), buf.narrow(0, 0, 4));
+    c.reduce_scatter(buf.narrow(0, 4, 4), buf.narrow(0, 4, 4));
+    c.all_to_all(buf.narrow(0, 0, 4), buf.narrow(0, 4, 4));
+    CHECK(buf.to_vector() == std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4});
+    c.check();
+}
+
+TEST_CASE("in-place all_gather and reduce_scatter on 3 ranks, NCCL's layouts", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 3);
+    const int n = 3;
+    const auto comms = Communicator::create_local(first(n));
+    std::vector<Tensor<float>> gather, scatter;
+    for (int r = 0; r < n; ++r) {
+        gather.push_back(tessel::full<float>({4 * n}, -77.0f, {.device = Device{r}}));
+        scatter.push_back(on(values<float>(r, 4 * n, 8), Device{r}));
+        gather.back().narrow(0, 4 * r, 4).copy_(on(values<float>(r, 4, 9), Device{r}));
+    }
+    tessel::dist::group([&] {
+        for (int r = 0; r < n; ++r) {
+            const auto& c = comms[std::size_t(r)];
+            c.all_gather(gather[std::size_t(r)].narrow(0, 4 * r, 4), gather[std::size_t(r)]);
+            c.reduce_scatter(scatter[std::size_t(r)], scatter[std::size_t(r)].narrow(0, 4 * r, 4));
+        }
+    });
+    for (int r = 0; r < n; ++r) {
+        std::vector<float> all;
+        for (int q = 0; q < n; ++q) {
+            const auto v = values<float>(q, 4, 9);
+            all.insert(all.end(), v.begin(), v.end());
+        }
+        CHECK(gather[std::size_t(r)].to_vector() == all);
+        const auto got = scatter[std::size_t(r)].to_vector();
+        for (int i = 0; i < 4; ++i) {
+            double sum = 0;
+            for (int q = 0; q < n; ++q) sum += values<float>(q, 4 * n, 8)[std::size_t(4 * r + i)];
+            CHECK(double(got[std::size_t(4 * r + i)]) == sum);
+        }
+    }
+}
+
+TEST_CASE("a send or recv to itself outside a group is refused; inside one it completes", "[dist]") {
+    if (tessel::device_count() == 0) return;
+    using tessel::testing::message;
+    const auto comms = Communicator::create_local({Device{0}}, {.timeout = std::chrono::milliseconds(300)});
+    const auto& c = comms[0];
+    auto out = on(values<float>(0, 9), Device{0});
+    auto in = poisoned<float>(9, Device{0});
+    CHECK_THAT(message([&] { c.send(out, 0); }), Catch::Contains("send: peer 0 is this rank; a send to itself needs its recv in the same dist::group"));
+    CHECK_THROWS_AS(c.recv(in, 0), tessel::InvalidArgument);
+    tessel::dist::group([&] {
+        c.send(out, 0);
+        c.recv(in, 0);
+    });
+    CHECK(in.to_vector() == values<float>(0, 9));
+    c.check();
+}
+
+TEST_CASE("destroying a communicator with a collective pending ends within the timeout", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    const tessel::Stream s0 = tessel::Stream::create({}, Device{0});
+    const Tensor<float> t = on(values<float>(0, count), Device{0});
+    auto done = std::make_shared<std::promise<void>>();
+    auto finished = done->get_future();
+    const auto start = std::chrono::steady_clock::now();
+    std::thread([&, done] {
+        {
+            const auto comms = Communicator::create_local(first(2), {.timeout = std::chrono::milliseconds(300)});
+            comms[0].all_reduce(t, ReduceOp::sum, s0.handle());  // rank 1 never calls it; the communicators go at once
+        }
+        done->set_value();
+    }).detach();  // detached: a hang fails the check below instead of blocking the test run
+    REQUIRE(finished.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    CHECK_THROWS_AS(s0.synchronize(), tessel::Error);  // the aborted collective is the stream's error
+}
+
+TEST_CASE("TESSEL_DIST_DEBUG with one thread driving every rank in dist::group: the documented pattern works", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    const auto comms = Communicator::create_local(first(2), {.debug_checks = true});
+    std::vector<Tensor<float>> t{on(values<float>(0, count), Device{0}), on(values<float>(1, count), Device{1})};
+    for (int round = 0; round < 3; ++round)
+        tessel::dist::group([&] {
+            for (const auto& c : comms) c.all_reduce(t[std::size_t(c.rank())]);
+        });
+    std::vector<float> want(count);
+    for (std::int64_t i = 0; i < count; ++i)
+        want[std::size_t(i)] = float(4 * (double(values<float>(0, count)[std::size_t(i)]) + double(values<float>(1, count)[std::size_t(i)])));
+    for (const auto& x : t) CHECK(x.to_vector() == want);
+    // Outside a group, the exchange still runs: a rank per thread that disagree fail (covered above too).
+    for (const auto& c : comms) c.check();
+}
+
+TEST_CASE("the sim refuses one thread calling several ranks' collectives outside a group, naming dist::group", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    if (tessel::backend != tessel::Backend::sim) return;  // NCCL would deadlock instead
+    const auto comms = Communicator::create_local(first(2), {.timeout = std::chrono::seconds(60)});
+    std::vector<tessel::Stream> streams = {tessel::Stream::create({}, Device{0}), tessel::Stream::create({}, Device{1})};
+    const Tensor<float> a = on(values<float>(0, 12), Device{0}), b = on(values<float>(1, 12), Device{1});
+    const auto start = std::chrono::steady_clock::now();
+    comms[0].all_reduce(a, ReduceOp::sum, streams[0].handle());
+    CHECK_THROWS_WITH(comms[1].all_reduce(b, ReduceOp::sum, streams[1].handle()),
+                      Catch::Contains("ncclAllReduce of ranks 0 and 1 was called from one thread outside ncclGroupStart/ncclGroupEnd") &&
+                          Catch::Contains("tessel::dist::group"));
+    CHECK_THROWS_WITH(streams[0].synchronize(), Catch::Contains("tessel::dist::group"));  // rank 0's wait fails too, at once
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("ncclCommSplit of a non-blocking communicator: the child arrives once the parent settles", "[dist]") {
+    if (tessel::device_count() == 0) return;
+    namespace api = tessel::nccl::api;
+    const tessel::DeviceGuard guard(Device{0});
+    const auto id = Communicator::unique_id();
+    api::ncclComm_t parent = nullptr;
+    auto config = tessel::nccl::config(false);
+    auto r = api::ncclCommInitRankConfig(&parent, 1, id, 0, &config);
+    auto settle = [](api::ncclComm_t c, api::ncclResult_t r) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (int(r) == tessel::nccl::in_progress && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            REQUIRE(api::ncclCommGetAsyncError(c, &r) == api::ncclResult_t(0));
+        }
+        return r;
+    };
+    REQUIRE(settle(parent, r) == api::ncclResult_t(0));
+    auto child = std::make_unique<api::ncclComm_t>(nullptr);  // NCCL writes it from its own thread: not a stack slot that may be gone
+    r = api::ncclCommSplit(parent, 0, 0, child.get(), &config);
+    REQUIRE((r == api::ncclResult_t(0) || int(r) == tessel::nccl::in_progress));
+    if (tessel::backend == tessel::Backend::sim) CHECK(int(r) == tessel::nccl::in_progress);  // the sim always completes in the background
+    REQUIRE(settle(parent, r) == api::ncclResult_t(0));
+    REQUIRE(*child != nullptr);
+    REQUIRE(settle(*child, api::ncclResult_t(tessel::nccl::in_progress)) == api::ncclResult_t(0));
+    int n = 0;
+    CHECK(api::ncclCommCount(*child, &n) == api::ncclResult_t(0));
+    CHECK(n == 1);
+    CHECK(api::ncclCommDestroy(*child) == api::ncclResult_t(0));
+    CHECK(api::ncclCommDestroy(parent) == api::ncclResult_t(0));
 }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -61,16 +62,43 @@ struct CommOptions {
 
 using UniqueId = nccl::api::ncclUniqueId;  // what rank 0 creates and every rank passes to Communicator::create
 
+// The longest CommOptions::timeout: steady_clock::now() + timeout must not overflow (the Monitor's
+// period has the same bound).
+inline constexpr std::chrono::milliseconds max_timeout = std::chrono::hours(24);
+
+namespace detail {
+// How deep this thread is in dist::group: the calls made there run only at the group's end.
+inline int& group_depth() {
+    static thread_local int depth = 0;
+    return depth;
+}
+// NCCL reduces fp8 only when every rank's device is sm_90 or later (ncclInvalidArgument otherwise,
+// from its enqueue); tessel says so first, for this rank's device `cc` (major * 10 + minor).
+// Broadcast, gathers, all_to_all and send/recv copy bytes and take fp8 anywhere.
+inline void check_fp8_reduction(const char* call, int cc, int device) {
+    require(cc >= 90, call, ": NCCL reduces fp8 only on devices of compute capability 9.0 or later; device ", device, " is ", cc / 10, ".",
+            cc % 10, " (reduce in half or bfloat16, or gather and reduce locally)");
+}
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+}  // namespace detail
+
 // Runs f, which calls collectives of several ranks from this thread, as one NCCL group.
 template <class F>
 void group(F&& f) {
     nccl::check(nccl::api::ncclGroupStart(), "ncclGroupStart");
+    ++detail::group_depth();
     try {
         f();
     } catch (...) {
+        --detail::group_depth();
         (void)nccl::api::ncclGroupEnd();
         throw;
     }
+    --detail::group_depth();
     // ncclInProgress: non-blocking communicators finish the group in the background; their next
     // call (Communicator::check) waits for it.
     if (const auto r = nccl::api::ncclGroupEnd(); int(r) != nccl::in_progress) nccl::check(r, "ncclGroupEnd");
@@ -92,7 +120,7 @@ public:
                 require(seen != d.index, "Communicator::create_local: device ", d.index, " is listed twice; NCCL takes one rank per device");
             list.push_back(d.index);
         }
-        require(options.timeout.count() > 0, "Communicator::create_local: the timeout must be positive");
+        check_timeout("Communicator::create_local", options.timeout);
         std::vector<nccl::api::ncclComm_t> comms(list.size());
         nccl::check(nccl::api::ncclCommInitAll(comms.data(), int(list.size()), list.data()), "ncclCommInitAll");
         std::vector<Communicator> out;
@@ -110,7 +138,7 @@ public:
         const Environment env = Environment::from_env();
         require(env.local_rank < device_count(), "Communicator::from_env: LOCAL_RANK=", env.local_rank, " but this process sees ",
                 device_count(), " device(s); start at most one process per GPU");
-        require(options.timeout.count() > 0, "Communicator::from_env: the timeout must be positive");
+        check_timeout("Communicator::from_env", options.timeout);
         auto store = std::make_shared<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
         UniqueId id{};
         const std::string key = "tessel/nccl_unique_id";
@@ -141,7 +169,7 @@ public:
         require(size >= 1 && rank >= 0 && rank < size, "Communicator::create: rank ", rank, " is not in [0, ", size, ")");
         require(device.index >= 0 && device.index < device_count(), "Communicator::create: device ", device.index, " does not exist (",
                 device_count(), " devices)");
-        require(options.timeout.count() > 0, "Communicator::create: the timeout must be positive");
+        check_timeout("Communicator::create", options.timeout);
         const DeviceGuard guard(device);
         nccl::api::ncclComm_t comm = nullptr;
         auto config = nccl::config(false);
@@ -159,10 +187,16 @@ public:
                                        "it at the same time, from its own thread or process (Communicator::create or from_env)");
         s_->check();
         const DeviceGuard guard(device());
-        nccl::api::ncclComm_t child = nullptr;
+        // This communicator is non-blocking, so NCCL writes the child from its own thread when the
+        // split completes (NULL until then, the parent reporting ncclInProgress): the location
+        // belongs to the State, which outlives that thread, and is read once the parent settled.
+        nccl::api::ncclComm_t& slot = s_->split_child;
+        slot = nullptr;
         auto config = nccl::config(false);
-        const auto r = nccl::api::ncclCommSplit(s_->comm, colour < 0 ? nccl::split_no_color : colour, key, &child, &config);
+        const auto r = nccl::api::ncclCommSplit(s_->comm, colour < 0 ? nccl::split_no_color : colour, key, &slot, &config);
         if (int(r) != nccl::in_progress) nccl::check(r, "ncclCommSplit", s_->comm);
+        else s_->check("ncclCommSplit");  // waits until the parent settles; a timeout aborts it
+        const nccl::api::ncclComm_t child = std::exchange(slot, nullptr);
         if (!child) return std::nullopt;
         finish_init(child, nccl::api::ncclResult_t(nccl::in_progress), "ncclCommSplit", s_->options.timeout);
         int n = 0, rank = 0;
@@ -205,6 +239,7 @@ public:
     void all_gather(const Tensor<T>& in, const Tensor<T>& out, std::optional<rt::stream_t> stream = std::nullopt) const {
         require(out.defined() && in.defined() && out.numel() == in.numel() * size(), "all_gather: out must hold ", size(), " x ",
                 in.defined() ? in.numel() : 0, " elements (one input per rank), not ", out.defined() ? out.numel() : 0);
+        check_in_place("all_gather", out, in, rank() * in.numel(), "in = block rank() of out");
         run<T>(Header{4, 0, in.numel()}, "all_gather", "ncclAllGather", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
             return nccl::api::ncclAllGather(in.data(), out.data(), std::size_t(in.numel()), nccl::data_type<T>(), s_->comm, s);
         });
@@ -216,6 +251,7 @@ public:
         check_op<T>(op, "reduce_scatter");
         require(out.defined() && in.defined() && in.numel() == out.numel() * size(), "reduce_scatter: in must hold ", size(), " x ",
                 out.defined() ? out.numel() : 0, " elements (a block per rank), not ", in.defined() ? in.numel() : 0);
+        check_in_place("reduce_scatter", in, out, rank() * out.numel(), "out = block rank() of in");
         run<T>(Header{5, int(op), out.numel()}, "reduce_scatter", "ncclReduceScatter", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
             return nccl::api::ncclReduceScatter(in.data(), out.data(), std::size_t(out.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm, s);
         });
@@ -227,6 +263,7 @@ public:
         require(in.defined() && out.defined() && in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all: in and out must have the "
                 "same number of elements, a multiple of the ", size(), " ranks (", in.defined() ? in.numel() : 0, " and ",
                 out.defined() ? out.numel() : 0, ")");
+        check_in_place("all_to_all", in, out, std::nullopt, "");
         const std::size_t block = std::size_t(in.numel() / size());
         run<T>(Header{6, 0, in.numel()}, "all_to_all", "ncclSend/ncclRecv group", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
             nccl::check(nccl::api::ncclGroupStart(), "ncclGroupStart");
@@ -242,14 +279,14 @@ public:
     }
     template <Element T>
     void send(const Tensor<T>& t, int peer, std::optional<rt::stream_t> stream = std::nullopt) const {
-        check_rank(peer, "send", "peer");
+        check_peer(peer, "send");
         run<T>(std::nullopt, "send", "ncclSend", stream, {&t}, {}, [&](rt::stream_t s) {
             return nccl::api::ncclSend(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, s);
         });
     }
     template <Element T>
     void recv(const Tensor<T>& t, int peer, std::optional<rt::stream_t> stream = std::nullopt) const {
-        check_rank(peer, "recv", "peer");
+        check_peer(peer, "recv");
         run<T>(std::nullopt, "recv", "ncclRecv", stream, {&t}, {&t}, [&](rt::stream_t s) {
             return nccl::api::ncclRecv(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, s);
         });
@@ -272,9 +309,13 @@ private:
         std::chrono::steady_clock::time_point deadline;
     };
     struct State {
-        State(nccl::api::ncclComm_t c, int r, int n, Device d, CommOptions o) : comm(c), rank(r), size(n), device(d), options(o) {
+        State(nccl::api::ncclComm_t c, int r, int n, Device d, CommOptions o)
+            : comm(c), rank(r), size(n), device(d), options(o), compute_capability(capability_of(d)) {
             watchdog = std::thread([this] { watch(); });
         }
+        // Work still pending (a rank that never joined) would make the events' destruction wait on
+        // a stuck stream forever: it gets until its deadline, then the communicator is aborted,
+        // which ends it (as torch's ~ProcessGroupNCCL aborts with work unfinished).
         ~State() {
             {
                 std::lock_guard lk(m);
@@ -282,7 +323,32 @@ private:
             }
             cv.notify_all();
             watchdog.join();
+            if (!aborted && !drain()) abort("destroyed with a collective pending");
+            pending.clear();
             if (!aborted) (void)nccl::api::ncclCommDestroy(comm);  // ncclCommAbort already freed it
+        }
+        // Whether every pending call completed (or failed) by its deadline; the watchdog has stopped.
+        bool drain() {
+            for (Pending& p : pending)
+                while (!complete(p)) {
+                    if (std::chrono::steady_clock::now() > p.deadline) return false;
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                }
+            return true;
+        }
+        static bool complete(Pending& p) {
+            try {
+                return p.done.query();
+            } catch (const Error&) {  // it failed: done
+                return true;
+            }
+        }
+        static int capability_of(Device d) {  // major * 10 + minor; 0 if it cannot be read
+            int major = 0, minor = 0;
+            if (rt::api::cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.index) != cudaSuccess ||
+                rt::api::cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d.index) != cudaSuccess)
+                return 0;
+            return major * 10 + minor;
         }
         void abort(const std::string& why) {
             {
@@ -325,12 +391,7 @@ private:
                 cv.wait_for(lk, std::chrono::milliseconds(20));
                 const auto now = std::chrono::steady_clock::now();
                 for (auto it = pending.begin(); it != pending.end();) {
-                    bool complete = true;
-                    try {
-                        complete = it->done.query();
-                    } catch (const Error&) {  // it failed: check() reports how
-                    }
-                    if (complete) {
+                    if (complete(*it)) {  // done, or failed: check() reports how
                         it = pending.erase(it);
                     } else if (now > it->deadline && !aborted) {
                         const std::string why = it->name + " did not complete within " + std::to_string(options.timeout.count()) +
@@ -350,6 +411,8 @@ private:
         int rank, size;
         Device device;
         CommOptions options;
+        int compute_capability;                  // of the device: NCCL reduces fp8 from 9.0
+        nccl::api::ncclComm_t split_child = nullptr;  // where a non-blocking split writes the child, from NCCL's thread
         Tensor<float> barrier_buffer;
         std::shared_ptr<TcpStore> store;  // from_env: rank 0 serves it for the job's life
         bool one_thread_group = false;    // create_local with several ranks: split would deadlock
@@ -366,11 +429,39 @@ private:
     static nccl::api::ncclRedOp_t nccl_op(ReduceOp op) { return nccl::api::ncclRedOp_t(int(op)); }  // sum, prod, max, min, avg: NCCL's order
 
     template <class T>
-    static void check_op(ReduceOp op, const char* call) {
+    void check_op(ReduceOp op, const char* call) const {
         require(!(std::is_integral_v<T> && op == ReduceOp::avg), call, ": avg of integer tensors would truncate; reduce with sum and divide");
+        if constexpr (std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>)
+            detail::check_fp8_reduction(call, s_->compute_capability, device().index);
     }
     void check_rank(int r, const char* call, const char* what) const {
         require(r >= 0 && r < size(), call, ": ", what, " ", r, " is not a rank of this communicator (", size(), " ranks)");
+    }
+    // A send or receive to this rank itself completes only with its counterpart in the same group;
+    // alone it would wait for itself until the watchdog fires.
+    void check_peer(int peer, const char* call) const {
+        check_rank(peer, call, "peer");
+        require(peer != rank() || detail::group_depth() > 0, call, ": peer ", peer, " is this rank; a send to itself needs its recv in the "
+                "same dist::group (torch: the destination should not be the same as the rank of the current process)");
+    }
+    // NCCL's in-place layouts only: `part` may start exactly `offset` elements into `whole`; any
+    // other overlap is refused, since the result would depend on NCCL's schedule (all_to_all has no
+    // in-place form: a rank's receive would overwrite what it still has to send). Tensors that are
+    // not contiguous are left to begin(), which refuses them.
+    template <class T>
+    static void check_in_place(const char* call, const Tensor<T>& whole, const Tensor<T>& part, std::optional<std::int64_t> offset,
+                               const char* layout) {
+        if (!whole.is_contiguous() || !part.is_contiguous()) return;
+        if (!detail::overlap(whole.data(), std::size_t(whole.numel()) * sizeof(T), part.data(), std::size_t(part.numel()) * sizeof(T))) return;
+        if (offset && part.data() == whole.data() + *offset) return;
+        if (!offset) fail(call, ": in and out overlap; NCCL has no in-place ", call, " (a rank's receive would overwrite what it still has to "
+                          "send): pass tensors that do not share memory");
+        fail(call, ": in and out overlap, and not in NCCL's in-place layout (", layout, ", ", *offset,
+             " elements in); pass that layout or tensors that do not share memory");
+    }
+    static void check_timeout(const char* call, std::chrono::milliseconds t) {
+        require(t.count() > 0 && t <= max_timeout, call, ": the timeout must be positive and at most a day (", max_timeout.count(),
+                " ms); it is ", t.count(), " ms");
     }
 
     struct Call {
@@ -388,7 +479,9 @@ private:
     void run(std::optional<Header> header, const char* name, const char* nccl_call, std::optional<rt::stream_t> stream,
              std::initializer_list<const Tensor<T>*> used, std::initializer_list<const Tensor<T>*> written, F&& issue) const {
         const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
-        if (header && s_->options.debug_checks) exchange_headers(*header, int(nccl::data_type<T>()), name);
+        // Inside dist::group the exchange's all_gather would run only at the group's end, after its
+        // result is needed here: the group's calls go unchecked (the sim still names disagreeing ranks).
+        if (header && s_->options.debug_checks && detail::group_depth() == 0) exchange_headers(*header, int(nccl::data_type<T>()), name);
         const Call c = begin(name, stream, used);
         settle(issue(c.stream), nccl_call);
         end(c, name, written);

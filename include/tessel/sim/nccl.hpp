@@ -11,6 +11,8 @@
 // asynchronous error (ncclCommGetAsyncError). Calls between ncclGroupStart and ncclGroupEnd are
 // queued at the end as one task per stream that arrives at all of them before waiting for any, so
 // a rank's send to itself, and send/recv pairs in any order within a group, complete as in NCCL.
+// Reductions use NCCL's arithmetic in rank order (sim/nccl_reduce.hpp). One thread calling a
+// collective of two ranks outside a group, which NCCL documents can deadlock, is refused.
 #pragma once
 
 #include <cstddef>
@@ -98,6 +100,7 @@ TESSEL_API ncclResult_t ncclGroupEnd();
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -109,8 +112,11 @@ TESSEL_API ncclResult_t ncclGroupEnd();
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
+#include "nccl_reduce.hpp"
 #include "runtime.hpp"
 
 namespace tessel::sim::nccl {
@@ -179,61 +185,51 @@ struct Clique {
     std::string reason;                                             // why it was aborted, for the waiting ranks' errors
     std::map<std::uint64_t, Op> collectives;                        // by call sequence
     std::map<std::tuple<int, int, std::uint64_t>, Op> transfers;  // (from, to, k-th transfer between them)
+    struct Callers {
+        std::thread::id thread;  // of the first rank that called it outside a group
+        int rank = -1, seen = 0;
+    };
+    std::map<std::uint64_t, Callers> callers;  // collectives by call sequence until every rank has called them
 };
 
-// Elements as double and back, for every type NCCL reduces (int64 beyond 2^53 loses nothing in
-// sum/max/min of the values tests use; NCCL's own order of operations is not specified either).
-inline double load(ncclDataType_t t, const void* p, std::size_t i) {
+// Calls f(T{}) with the C++ type of an NCCL type.
+template <class F>
+void with_type(ncclDataType_t t, F&& f) {
     switch (t) {
-        case ncclInt8: return static_cast<const std::int8_t*>(p)[i];
-        case ncclUint8: return static_cast<const std::uint8_t*>(p)[i];
-        case ncclInt32: return static_cast<const std::int32_t*>(p)[i];
-        case ncclUint32: return static_cast<const std::uint32_t*>(p)[i];
-        case ncclInt64: return double(static_cast<const std::int64_t*>(p)[i]);
-        case ncclUint64: return double(static_cast<const std::uint64_t*>(p)[i]);
-        case ncclFloat16: return __half2float(static_cast<const __half*>(p)[i]);
-        case ncclFloat32: return static_cast<const float*>(p)[i];
-        case ncclFloat64: return static_cast<const double*>(p)[i];
-        case ncclBfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-        case ncclFloat8e4m3: return float(static_cast<const __nv_fp8_e4m3*>(p)[i]);
-        case ncclFloat8e5m2: return float(static_cast<const __nv_fp8_e5m2*>(p)[i]);
-    }
-    return 0;
-}
-inline void store(ncclDataType_t t, void* p, std::size_t i, double v) {
-    switch (t) {
-        case ncclInt8: static_cast<std::int8_t*>(p)[i] = std::int8_t(v); break;
-        case ncclUint8: static_cast<std::uint8_t*>(p)[i] = std::uint8_t(v); break;
-        case ncclInt32: static_cast<std::int32_t*>(p)[i] = std::int32_t(v); break;
-        case ncclUint32: static_cast<std::uint32_t*>(p)[i] = std::uint32_t(v); break;
-        case ncclInt64: static_cast<std::int64_t*>(p)[i] = std::int64_t(v); break;
-        case ncclUint64: static_cast<std::uint64_t*>(p)[i] = std::uint64_t(v); break;
-        case ncclFloat16: static_cast<__half*>(p)[i] = __float2half(float(v)); break;
-        case ncclFloat32: static_cast<float*>(p)[i] = float(v); break;
-        case ncclFloat64: static_cast<double*>(p)[i] = v; break;
-        case ncclBfloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(float(v)); break;
-        case ncclFloat8e4m3: static_cast<__nv_fp8_e4m3*>(p)[i] = __nv_fp8_e4m3(float(v)); break;
-        case ncclFloat8e5m2: static_cast<__nv_fp8_e5m2*>(p)[i] = __nv_fp8_e5m2(float(v)); break;
+        case ncclInt8: return f(std::int8_t{});
+        case ncclUint8: return f(std::uint8_t{});
+        case ncclInt32: return f(std::int32_t{});
+        case ncclUint32: return f(std::uint32_t{});
+        case ncclInt64: return f(std::int64_t{});
+        case ncclUint64: return f(std::uint64_t{});
+        case ncclFloat16: return f(__half{});
+        case ncclFloat32: return f(float{});
+        case ncclFloat64: return f(double{});
+        case ncclBfloat16: return f(__nv_bfloat16{});
+        case ncclFloat8e4m3: return f(__nv_fp8_e4m3{});
+        case ncclFloat8e5m2: return f(__nv_fp8_e5m2{});
     }
 }
-inline bool integral(ncclDataType_t t) { return t <= ncclUint64; }
-
-// op over the ranks' element i of buffer `which` (send buffers at element offset `base`).
-inline double reduce_element(const std::vector<std::optional<Arrival>>& r, std::size_t i) {
-    const Arrival& a0 = *r[0];
-    double acc = load(a0.type, a0.send, i);
-    for (std::size_t k = 1; k < r.size(); ++k) {
-        const double v = load(a0.type, r[k]->send, i);
-        switch (a0.op) {
-            case ncclSum:
-            case ncclAvg: acc += v; break;
-            case ncclProd: acc *= v; break;
-            case ncclMax: acc = std::max(acc, v); break;
-            case ncclMin: acc = std::min(acc, v); break;
-        }
+static_assert(int(Reduction::avg) == ncclAvg && int(Reduction::min) == ncclMin && int(Reduction::sum) == ncclSum);
+// Elements [first, first + count) of op over the ranks' send buffers, into out.
+template <class T>
+void reduce_range(const std::vector<std::optional<Arrival>>& r, std::size_t first, std::size_t count, T* out) {
+    const Reduction op = Reduction(int(r[0]->op));
+    const std::size_t n = r.size();
+    for (std::size_t i = 0; i < count; ++i) {
+        T acc = contribution(op, static_cast<const T*>(r[0]->send)[first + i], n);
+        for (std::size_t k = 1; k < n; ++k) acc = combine(op == Reduction::avg ? Reduction::sum : op, acc, contribution(op, static_cast<const T*>(r[k]->send)[first + i], n));
+        out[i] = finish(op, acc, n);
     }
-    if (a0.op == ncclAvg) acc = integral(a0.type) ? double(std::int64_t(acc) / std::int64_t(r.size())) : acc / double(r.size());
-    return acc;
+}
+// The reduction of `count` elements from element `first` of every send buffer, as bytes.
+inline std::vector<unsigned char> reduce_bytes(const std::vector<std::optional<Arrival>>& r, std::size_t first, std::size_t count) {
+    std::vector<unsigned char> out(count * type_bytes(r[0]->type));
+    with_type(r[0]->type, [&](auto zero) {
+        using T = decltype(zero);
+        reduce_range<T>(r, first, count, reinterpret_cast<T*>(out.data()));
+    });
+    return out;
 }
 
 // The collective all ranks have arrived at, computed into their buffers; "" or the error.
@@ -253,11 +249,9 @@ inline std::string execute(std::vector<std::optional<Arrival>>& r) {
     switch (a0.kind) {
         case Kind::all_reduce:
         case Kind::reduce: {
-            std::vector<double> v(count);
-            for (std::size_t i = 0; i < count; ++i) v[i] = reduce_element(r, i);
+            const std::vector<unsigned char> v = reduce_bytes(r, 0, count);
             for (std::size_t k = 0; k < n; ++k)
-                if (a0.kind == Kind::all_reduce || int(k) == a0.root)
-                    for (std::size_t i = 0; i < count; ++i) store(a0.type, r[k]->recv, i, v[i]);
+                if (a0.kind == Kind::all_reduce || int(k) == a0.root) std::memcpy(r[k]->recv, v.data(), bytes);
             break;
         }
         case Kind::broadcast: {
@@ -273,10 +267,8 @@ inline std::string execute(std::vector<std::optional<Arrival>>& r) {
             break;
         }
         case Kind::reduce_scatter: {
-            std::vector<double> v(count * n);
-            for (std::size_t i = 0; i < count * n; ++i) v[i] = reduce_element(r, i);
-            for (std::size_t k = 0; k < n; ++k)
-                for (std::size_t i = 0; i < count; ++i) store(a0.type, r[k]->recv, i, v[k * count + i]);
+            const std::vector<unsigned char> v = reduce_bytes(r, 0, count * n);
+            for (std::size_t k = 0; k < n; ++k) std::memcpy(r[k]->recv, v.data() + k * bytes, bytes);
             break;
         }
         case Kind::send:
@@ -291,6 +283,7 @@ struct ncclComm {
     std::shared_ptr<detail::Clique> clique;  // ncclCommInitAll's ranks of this process (on the hub: a remote clique)
     std::shared_ptr<detail::Remote> remote;  // ncclCommInitRank: the connection to the hub (sim/nccl_net.hpp)
     int rank = 0, n = 1, device = 0;
+    bool blocking = true;                               // ncclConfig_t::blocking: a non-blocking one's split completes in the background
     std::uint64_t next_collective = 0;                  // host side: the call sequence
     std::map<std::tuple<int, int, bool>, std::uint64_t> next_transfer;  // (from, to, a send) -> next k: a rank's sends and receives count apart
     std::mutex m;                                       // the two below
@@ -456,6 +449,31 @@ inline ncclResult_t queue_items(cudaStream_t stream, std::vector<Item> items) {
     return queued == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
 
+// NCCL's documented deadlock: one thread calling a collective of two ranks of a clique outside a
+// group (each call may wait on the host until the other ranks arrive). The sim could complete it;
+// it says what a GPU would hang on instead: "" or the error, recorded on the communicator, with
+// the clique aborted so the rank already waiting fails too.
+inline std::string one_thread_misuse(ncclComm& c, std::uint64_t seq, Kind kind, bool grouped) {
+    Clique& q = *c.clique;
+    std::string why;
+    {
+        std::lock_guard lk(q.m);
+        Clique::Callers& k = q.callers[seq];
+        if (!grouped && k.rank >= 0 && k.thread == std::this_thread::get_id())
+            why = std::string(kind_name(kind)) + " of ranks " + std::to_string(k.rank) + " and " + std::to_string(c.rank) +
+                  " was called from one thread outside ncclGroupStart/ncclGroupEnd: NCCL would deadlock (each call may wait for the "
+                  "other ranks); one thread driving several ranks must group the calls (tessel::dist::group)";
+        else if (!grouped && k.rank < 0)
+            k.thread = std::this_thread::get_id(), k.rank = c.rank;
+        if (++k.seen == q.n) q.callers.erase(seq);
+        if (!why.empty() && !q.aborted) q.aborted = true, q.reason = why;
+    }
+    if (why.empty()) return why;
+    q.cv.notify_all();
+    record_error(&c, ncclInvalidUsage, why);
+    return why;
+}
+
 inline ncclResult_t enqueue(ncclComm* c, cudaStream_t stream, Arrival a) {
     std::shared_ptr<ncclComm> keep = c ? registry_find(c) : nullptr;  // a destroyed communicator's queued calls still run
     if (!keep) return ncclInvalidArgument;
@@ -466,11 +484,14 @@ inline ncclResult_t enqueue(ncclComm* c, cudaStream_t stream, Arrival a) {
         return ncclInvalidArgument;
     {
         std::lock_guard lk(c->m);
-        if (c->async_error != ncclSuccess) return c->async_error;
+        // As NCCL's ncclCommEnsureReady: a communicator whose initialisation or split is still in
+        // progress takes no call (ncclInvalidArgument), and an error stays the answer.
+        if (c->async_error != ncclSuccess) return c->async_error == ncclInProgress ? ncclInvalidArgument : c->async_error;
     }
     const bool p2p = a.kind == Kind::send || a.kind == Kind::recv;
     const auto pair = p2p ? std::make_pair(a.kind == Kind::send ? c->rank : a.root, a.kind == Kind::send ? a.root : c->rank) : std::make_pair(0, 0);
     const std::uint64_t seq = p2p ? c->next_transfer[{pair.first, pair.second, a.kind == Kind::send}]++ : c->next_collective++;
+    if (!p2p && c->clique && !c->remote && one_thread_misuse(*c, seq, a.kind, group().depth > 0).size()) return ncclInvalidUsage;
     Item item{std::move(keep), a, seq, pair, p2p};
     if (group().depth > 0) {
         group().items.emplace_back(stream, std::move(item));

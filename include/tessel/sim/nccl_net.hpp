@@ -11,7 +11,8 @@
 //    ncclCommAbort) aborts its clique: the other ranks' waits end with an error naming it, as NCCL
 //    reports ncclRemoteError, instead of hanging until their watchdogs fire.
 //  - ncclCommSplit is a rendezvous on the membership connections; the hub hands each colour a new
-//    clique, ranks ordered by (key, old rank).
+//    clique, ranks ordered by (key, old rank). A non-blocking parent splits on a thread of its own,
+//    as NCCL: ncclInProgress, *newcomm NULL until the child joined, then written.
 // The hub does no device work: it runs in threads of rank 0's process and touches only its copies.
 // Not a header of its own: sim/nccl.hpp includes it in the middle of its definitions. Included
 // alone (the header check), it includes nccl.hpp, which then includes it at that place.
@@ -336,6 +337,7 @@ struct Remote {
     std::set<int> active;        // descriptors of call connections waiting for answers (abort shuts them down)
     bool aborted = false, left = false;
     std::thread joiner;          // non-blocking initialisation
+    std::thread splitter;        // a non-blocking communicator's ncclCommSplit in progress
     std::mutex split_m;          // one split at a time on the membership connection
     std::uint64_t next_split = 0;
 };
@@ -479,7 +481,8 @@ inline void remote_abort(ncclComm& c) {
         for (int fd : r.active) ::shutdown(fd, SHUT_RDWR);
         r.member.shutdown();
     }
-    if (r.joiner.joinable() && r.joiner.get_id() != std::this_thread::get_id()) r.joiner.join();
+    for (std::thread* t : {&r.joiner, &r.splitter})
+        if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
 }
 
 // A goodbye on the membership connection: this rank left on purpose.
@@ -487,12 +490,13 @@ inline void remote_leave(ncclComm& c) {
     Remote& r = *c.remote;
     {
         std::lock_guard lk(r.m);
-        if (r.joiner.joinable()) {
+        if (r.joiner.joinable() || r.splitter.joinable()) {
             std::lock_guard lc(c.m);
-            if (c.async_error == ncclInProgress) r.aborted = true, r.member.shutdown();  // destroyed while still joining
+            if (c.async_error == ncclInProgress) r.aborted = true, r.member.shutdown();  // destroyed while still joining or splitting
         }
     }
-    if (r.joiner.joinable()) r.joiner.join();
+    for (std::thread* t : {&r.joiner, &r.splitter})
+        if (t->joinable()) t->join();
     std::lock_guard lk(r.m);
     if (r.left || !r.member.valid()) return;
     r.left = true;
@@ -507,7 +511,7 @@ inline ncclResult_t init_rank(ncclComm_t* out, int nranks, int port, std::uint64
     int device = 0;
     (void)::tessel::sim::api::cudaGetDevice(&device);
     auto c = std::make_shared<ncclComm>();
-    c->rank = rank, c->n = nranks, c->device = device;
+    c->rank = rank, c->n = nranks, c->device = device, c->blocking = blocking;
     c->remote = std::make_shared<Remote>();
     c->remote->port = port, c->remote->nonce = nonce;
     {
@@ -526,6 +530,78 @@ inline ncclResult_t init_rank(ncclComm_t* out, int nranks, int port, std::uint64
     }
     c->remote->joiner = std::thread([raw = c.get()] { remote_join(*raw); });  // joined by destroy or abort, before the comm goes
     return ncclInProgress;
+}
+
+// The split's rendezvous at the hub on the membership connection: ncclSuccess with `joins` false
+// (no colour) or the child's nonce, rank and size; or the error, recorded on the parent.
+struct SplitAnswer {
+    ncclResult_t result = ncclSuccess;
+    bool joins = false;
+    std::uint64_t nonce = 0;
+    int rank = 0, n = 0;
+};
+inline SplitAnswer split_rendezvous(ncclComm& parent, int color, int key) {
+    Remote& r = *parent.remote;
+    std::string reply;
+    {
+        std::lock_guard lk(r.split_m);
+        try {
+            r.member.send_message(Writer().put(char('S')).put(r.next_split++).put(color).put(key).str());
+            if (!r.member.recv_message(reply) || reply.empty()) reply = "E";
+        } catch (const dist::NetworkError&) {
+            reply = "E";
+        }
+    }
+    Reader q(reply);
+    const char kind = q.get<char>();
+    if (kind == 'N') return {};
+    if (kind != 'K') {
+        set_error(parent, ncclRemoteError, "ncclCommSplit: " + (reply.size() > 1 ? q.get_string() : std::string("the hub connection closed")));
+        return {ncclRemoteError};
+    }
+    SplitAnswer a{ncclSuccess, true, q.get<std::uint64_t>()};
+    a.rank = q.get<int>(), a.n = q.get<int>();
+    return a;
+}
+
+// A blocking parent's split: the rendezvous, then the child's initialisation (blocking or not, by
+// the child's config).
+inline ncclResult_t split_now(ncclComm& parent, int color, int key, ncclComm_t* newcomm, bool child_blocking) {
+    const SplitAnswer a = split_rendezvous(parent, color, key);
+    *newcomm = nullptr;
+    if (a.result != ncclSuccess || !a.joins) return a.result;
+    return init_rank(newcomm, a.n, parent.remote->port, a.nonce, a.rank, child_blocking);
+}
+
+// A non-blocking parent's split, on its own thread as NCCL's asynchronous job: the rendezvous and
+// the child's initialisation (which ends early if the parent is aborted or destroyed), then the
+// child into *newcomm, and only then the parent's ncclInProgress cleared (under its lock, which
+// ncclCommGetAsyncError takes: the caller that sees it cleared sees *newcomm).
+inline void split_in_background(ncclComm& parent, int color, int key, ncclComm_t* newcomm, bool child_blocking) {
+    (void)::tessel::sim::api::cudaSetDevice(parent.device);  // the child is on the parent's device
+    const SplitAnswer a = split_rendezvous(parent, color, key);
+    ncclComm_t child = nullptr;
+    if (a.result == ncclSuccess && a.joins) {
+        ncclResult_t r = init_rank(&child, a.n, parent.remote->port, a.nonce, a.rank, false);
+        for (; r == ncclInProgress; (void)ncclCommGetAsyncError(child, &r)) {
+            {
+                std::lock_guard lk(parent.remote->m);
+                if (parent.remote->aborted) break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (r != ncclSuccess) {
+            set_error(parent, r == ncclInProgress ? ncclRemoteError : r,
+                      std::string("ncclCommSplit: the new communicator did not join (") + ncclGetLastError(child) + ")");
+            (void)ncclCommAbort(child);
+            child = nullptr;
+        } else {
+            child->blocking = child_blocking;
+        }
+    }
+    if (child) *newcomm = child;
+    std::lock_guard lk(parent.m);
+    if (parent.async_error == ncclInProgress) parent.async_error = ncclSuccess;
 }
 
 }  // namespace tessel::sim::nccl::detail
@@ -561,30 +637,22 @@ TESSEL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
                                                    "process), not from ncclCommInitAll");
         return ncclInvalidUsage;
     }
-    detail::Remote& r = *keep->remote;
-    std::string reply;
+    const bool child_blocking = !config || config->blocking != 0;
+    if (keep->blocking) return detail::split_now(*keep, color, key, newcomm, child_blocking);
     {
-        std::lock_guard lk(r.split_m);
-        try {
-            r.member.send_message(detail::Writer().put(char('S')).put(r.next_split++).put(color).put(key).str());
-            if (!r.member.recv_message(reply) || reply.empty()) reply = "E";
-        } catch (const dist::NetworkError&) {
-            reply = "E";
-        }
+        // As NCCL (init.cc, group.cc): *newcomm stays NULL and the parent reports ncclInProgress
+        // until the split completed; then the child is written to *newcomm from the background.
+        std::lock_guard lk(keep->m);
+        if (keep->async_error != ncclSuccess) return keep->async_error == ncclInProgress ? ncclInvalidArgument : keep->async_error;
+        keep->async_error = ncclInProgress;
     }
-    detail::Reader q(reply);
-    const char kind = q.get<char>();
-    if (kind == 'N') {
-        *newcomm = nullptr;
-        return ncclSuccess;
-    }
-    if (kind != 'K') {
-        detail::set_error(*keep, ncclRemoteError, "ncclCommSplit: " + (reply.size() > 1 ? q.get_string() : std::string("the hub connection closed")));
-        return ncclRemoteError;
-    }
-    const auto nonce = q.get<std::uint64_t>();
-    const int rank = q.get<int>(), n = q.get<int>();
-    return detail::init_rank(newcomm, n, r.port, nonce, rank, !config || config->blocking != 0);
+    *newcomm = nullptr;
+    detail::Remote& r = *keep->remote;
+    if (r.splitter.joinable()) r.splitter.join();  // the previous split's thread, already done
+    r.splitter = std::thread([raw = keep.get(), color, key, newcomm, child_blocking] {
+        detail::split_in_background(*raw, color, key, newcomm, child_blocking);
+    });  // joined by destroy or abort, before the comm goes
+    return ncclInProgress;
 }
 
 }  // namespace tessel::sim::nccl
