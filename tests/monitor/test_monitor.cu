@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -104,6 +105,31 @@ TEST_CASE("NVML readings: memory, processes, utilisation, power, temperature, cl
     INFO("device 0: " << *r.temperature_c << " C, " << *r.power_w << " W, SM " << *r.sm_clock_mhz << " MHz");
 #endif
 }
+
+#if defined(TESSEL_BACKEND_SIM)
+TEST_CASE("A process's utilisation is its newest NVML sample, however many the driver holds", "[monitor]") {
+    namespace sn = tessel::sim::nvml;
+    const auto keep = tessel::zeros<float>({1 << 16});  // this process holds device memory, so NVML lists it
+    auto mine = [] {
+        const auto procs = tessel::nvml::processes(Device{0});
+        const auto me = std::find_if(procs.begin(), procs.end(), [](const auto& p) { return p.pid == unsigned(::getpid()); });
+        REQUIRE(me != procs.end());
+        return *me;
+    };
+    sn::inject(0, {.utilization_pct = 10u});
+    for (int i = 0; i < 20; ++i) {  // more samples than the first buffer holds; the sim returns them newest first
+        (void)mine();
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    sn::inject(0, {.utilization_pct = 77u});
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const auto p = mine();
+    REQUIRE(p.sm_utilization_pct);
+    CHECK(*p.sm_utilization_pct == 77);
+    CHECK(p.memory_utilization_pct == 77u);
+    sn::clear_injections();
+}
+#endif
 
 TEST_CASE("Monitor samples on its thread into a ring buffer, summarises, and stops cleanly", "[monitor]") {
     if (tessel::device_count() == 0) return;

@@ -236,12 +236,24 @@ inline std::vector<ProcessReading> processes(Device d) {
         break;
     }
     if (a.process_utilization && !out.empty()) {
+        // lastSeenTimeStamp 0 returns every sample the driver holds, several per process and in no
+        // documented order: the buffer grows to the count NVML asks for, and each process takes its
+        // newest sample.
         std::vector<abi::nvmlProcessUtilizationSample_t> samples(out.size() + 8);
-        unsigned count = unsigned(samples.size());
-        if (a.process_utilization(h, samples.data(), &count, 0) == abi::NVML_SUCCESS)
-            for (unsigned i = 0; i < count; ++i)
-                for (ProcessReading& p : out)
-                    if (p.pid == samples[i].pid) p.sm_utilization_pct = samples[i].smUtil, p.memory_utilization_pct = samples[i].memUtil;
+        unsigned count = 0;
+        abi::nvmlReturn_t s = abi::NVML_ERROR_INSUFFICIENT_SIZE;
+        for (int attempt = 0; attempt < 4 && s == abi::NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
+            count = unsigned(samples.size());
+            s = a.process_utilization(h, samples.data(), &count, 0);
+            if (s == abi::NVML_ERROR_INSUFFICIENT_SIZE) samples.resize(count + 8);
+        }
+        if (s == abi::NVML_SUCCESS)
+            for (ProcessReading& p : out) {
+                const abi::nvmlProcessUtilizationSample_t* newest = nullptr;
+                for (unsigned i = 0; i < count; ++i)
+                    if (samples[i].pid == p.pid && (!newest || samples[i].timeStamp > newest->timeStamp)) newest = &samples[i];
+                if (newest) p.sm_utilization_pct = newest->smUtil, p.memory_utilization_pct = newest->memUtil;
+            }
     }
     return out;
 }

@@ -92,7 +92,11 @@ struct DeviceState {
     unsigned utilization = 0;
     double temperature = 0;
     Injection injected;
+    // This process's utilisation samples, newest first, as the driver buffers them: a query with
+    // lastSeenTimeStamp 0 returns every one (several per process, in no documented order).
+    std::deque<nvmlProcessUtilizationSample_t> process_samples;
 };
+constexpr std::size_t max_process_samples = 16;
 struct EventSet {
     std::vector<int> devices;
     std::deque<nvmlEventData_t> pending;
@@ -262,18 +266,23 @@ TESSEL_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvm
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     const auto now_us = static_cast<unsigned long long>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-    unsigned u = 0;
-    {
-        std::lock_guard lk(detail::state().m);
-        u = detail::utilization(detail::update(i));
-    }
-    const unsigned have = now_us > last_seen ? 1 : 0;
+    std::lock_guard lk(detail::state().m);
+    detail::DeviceState& d = detail::update(i);
+    // Each query takes a sample now (the driver samples on its own clock), kept with the older ones.
+    const unsigned u = detail::utilization(d);
+    if (d.process_samples.empty() || d.process_samples.front().timeStamp < now_us)
+        d.process_samples.push_front({unsigned(::getpid()), now_us, u, u, 0, 0});
+    if (d.process_samples.size() > detail::max_process_samples) d.process_samples.pop_back();
+    unsigned have = 0;
+    for (const auto& x : d.process_samples) have += x.timeStamp > last_seen;
     if (*count < have || (have && !samples)) {
         *count = have;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     *count = have;
-    if (have) samples[0] = {unsigned(::getpid()), now_us, u, u, 0, 0};
+    unsigned k = 0;
+    for (const auto& x : d.process_samples)
+        if (x.timeStamp > last_seen) samples[k++] = x;
     return have ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;  // NVML: no sample newer than last_seen
 }
 
