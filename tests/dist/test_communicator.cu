@@ -614,28 +614,56 @@ TEST_CASE("integer reductions are exact beyond 2^53 and wrap on overflow, as NCC
     }
 }
 
-TEST_CASE("fp8 reductions need sm_90, as NCCL's; gathers of fp8 run anywhere", "[dist]") {
+TEST_CASE("fp8 collectives need sm_90, as NCCL's; all_to_all and send/recv of fp8 run anywhere", "[dist]") {
     using tessel::testing::message;
-    CHECK_THAT(message([] { tessel::dist::detail::check_fp8_reduction("all_reduce", 80, 1); }),
-               Catch::Contains("all_reduce: NCCL reduces fp8 only on devices of compute capability 9.0 or later; device 1 is 8.0"));
-    CHECK_THROWS_AS(tessel::dist::detail::check_fp8_reduction("reduce", 89, 0), tessel::InvalidArgument);
-    CHECK_NOTHROW(tessel::dist::detail::check_fp8_reduction("reduce", 90, 0));
-    CHECK_NOTHROW(tessel::dist::detail::check_fp8_reduction("reduce", 120, 0));
+    CHECK_THAT(message([] { tessel::dist::detail::check_fp8_collective("all_reduce", 80, 1); }),
+               Catch::Contains("all_reduce: NCCL takes fp8 in collectives only on devices of compute capability 9.0 or later; device 1 is 8.0"));
+    CHECK_THROWS_AS(tessel::dist::detail::check_fp8_collective("all_gather", 89, 0), tessel::InvalidArgument);
+    CHECK_NOTHROW(tessel::dist::detail::check_fp8_collective("reduce", 90, 0));
+    CHECK_NOTHROW(tessel::dist::detail::check_fp8_collective("reduce", 120, 0));
     if (tessel::device_count() == 0) return;
     const auto comms = Communicator::create_local({Device{0}});
     const auto t = on(std::vector<__nv_fp8_e4m3>(5, __nv_fp8_e4m3(1.5f)), Device{0});
     const auto gathered = tessel::empty<__nv_fp8_e4m3>({5}, {.device = Device{0}});
-    comms[0].all_gather(t, gathered);  // bytes: any device
+    comms[0].all_to_all(t, gathered);  // point-to-point: any device
+    CHECK(float(gathered.to_vector()[4]) == 1.5f);
     const auto props = tessel::properties(Device{0});
     if (props.major * 10 + props.minor >= 90) {
         comms[0].all_reduce(t, ReduceOp::max);
         CHECK(float(t.to_vector()[2]) == 1.5f);
+        comms[0].broadcast(t, 0);
+        comms[0].all_gather(t, gathered);
+        CHECK(float(gathered.to_vector()[0]) == 1.5f);
     } else {
         CHECK_THROWS_AS(comms[0].all_reduce(t), tessel::InvalidArgument);
         CHECK_THROWS_AS(comms[0].reduce_scatter(t, gathered), tessel::InvalidArgument);
+        CHECK_THROWS_AS(comms[0].broadcast(t, 0), tessel::InvalidArgument);
+        CHECK_THROWS_AS(comms[0].all_gather(t, gathered), tessel::InvalidArgument);
+        const auto none = tessel::empty<__nv_fp8_e4m3>({0}, {.device = Device{0}});
+        comms[0].broadcast(none, 0);  // NCCL returns before its check for an empty call
     }
-    CHECK(float(gathered.to_vector()[4]) == 1.5f);
     comms[0].check();
+}
+
+TEST_CASE("a group whose counterpart never comes times out like a single call (the watchdog sees grouped work)", "[.dist4]") {
+    REQUIRE(tessel::device_count() >= 2);
+    auto comms = Communicator::create_local(first(2), {.timeout = std::chrono::milliseconds(300)});
+    const tessel::Stream s0 = tessel::Stream::create({}, Device{0});  // its error stays with it
+    const auto t = tessel::full<float>({4}, 1.f, {.device = Device{0}});
+    const auto start = std::chrono::steady_clock::now();
+    tessel::dist::group([&] { comms[0].send(t, 1, s0.handle()); });  // rank 1 never receives
+    // Without the group's ends the watchdog had no event for the send: nothing ever failed.
+    std::string what;
+    while (what.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+        try {
+            comms[0].check();
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        } catch (const tessel::Error& e) {
+            what = e.what();
+        }
+    }
+    CHECK_THAT(what, Catch::Contains("send on rank 0 did not complete within 300 ms"));
+    CHECK_THROWS_AS(s0.synchronize(), tessel::Error);  // the aborted send is the stream's error
 }
 
 TEST_CASE("a timeout must be positive and at most a day: milliseconds::max() is refused, naming it", "[dist]") {

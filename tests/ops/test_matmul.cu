@@ -450,3 +450,15 @@ TEST_CASE("matmul's autotune times the candidates on a problem's first call and 
     (void)tessel::matmul(A.base, B.base);
     CHECK_THAT(std::string(tessel::last_matmul_choice().reason), Catch::Contains("dispatch table"));
 }
+
+TEST_CASE("a 16-bit product on cuBLASLt may not reduce split-K parts in its output type", "[ops][matmul]") {
+    // cuBLASLt's default mask allows INPLACE and OUTPUT_TYPE, which add split-K parts up in bf16:
+    // tessel allows only COMPUTE_TYPE (fp32), so the result is rounded once, as on the other paths.
+    const auto a = tessel::full<__nv_bfloat16>({5, 64}, __float2bfloat16(1.f)), b = tessel::full<__nv_bfloat16>({64, 7}, __float2bfloat16(1.f));
+    const auto c = tessel::matmul(a, b, tessel::MatmulOptions{.policy = tessel::MatmulPolicy::library});
+    REQUIRE(std::string(tessel::last_matmul_choice().implementation).starts_with("cublasLt"));
+    CHECK(float(c.to_vector()[0]) == 64.f);
+#if defined(TESSEL_BACKEND_SIM)
+    CHECK(tessel::sim::cublaslt::reduction_scheme_mask(tessel::cublaslt::handle(tessel::Device{0})) == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+#endif
+}

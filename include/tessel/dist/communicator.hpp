@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <source_location>
@@ -72,12 +73,21 @@ inline int& group_depth() {
     static thread_local int depth = 0;
     return depth;
 }
-// NCCL reduces fp8 only when every rank's device is sm_90 or later (ncclInvalidArgument otherwise,
-// from its enqueue); tessel says so first, for this rank's device `cc` (major * 10 + minor).
-// Broadcast, gathers, all_to_all and send/recv copy bytes and take fp8 anywhere.
-inline void check_fp8_reduction(const char* call, int cc, int device) {
-    require(cc >= 90, call, ": NCCL reduces fp8 only on devices of compute capability 9.0 or later; device ", device, " is ", cc / 10, ".",
-            cc % 10, " (reduce in half or bfloat16, or gather and reduce locally)");
+// NCCL takes fp8 in a collective only when every rank's device is sm_90 or later
+// (ncclInvalidArgument otherwise, from its enqueue: for every collective up to NCCL 2.27, for
+// reductions after); tessel says so first, for this rank's device `cc` (major * 10 + minor).
+// all_to_all and send/recv are point-to-point and take fp8 anywhere.
+inline void check_fp8_collective(const char* call, int cc, int device) {
+    require(cc >= 90, call, ": NCCL takes fp8 in collectives only on devices of compute capability 9.0 or later; device ", device,
+            " is ", cc / 10, ".", cc % 10, " (convert to half or bfloat16 for the collective)");
+}
+// The ends of the calls made inside dist::group on this thread (their tensors marked written, their
+// completion handed to the watchdog): NCCL enqueues a group's work only at its end, so an event
+// recorded at the call would complete before the work. The argument: settle the communicator first
+// (a non-blocking one's group end answered ncclInProgress).
+inline std::vector<std::function<void(bool)>>& deferred_ends() {
+    static thread_local std::vector<std::function<void(bool)>> ends;
+    return ends;
 }
 // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
 inline bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
@@ -94,14 +104,18 @@ void group(F&& f) {
     try {
         f();
     } catch (...) {
-        --detail::group_depth();
+        if (--detail::group_depth() == 0) detail::deferred_ends().clear();
         (void)nccl::api::ncclGroupEnd();
         throw;
     }
-    --detail::group_depth();
-    // ncclInProgress: non-blocking communicators finish the group in the background; their next
-    // call (Communicator::check) waits for it.
-    if (const auto r = nccl::api::ncclGroupEnd(); int(r) != nccl::in_progress) nccl::check(r, "ncclGroupEnd");
+    const bool outermost = --detail::group_depth() == 0;
+    const auto r = nccl::api::ncclGroupEnd();
+    std::vector<std::function<void(bool)>> ends;
+    if (outermost) ends.swap(detail::deferred_ends());
+    // ncclInProgress: non-blocking communicators finish the group in the background; each end
+    // waits for its communicator to settle before it records the completion event.
+    if (int(r) != nccl::in_progress) nccl::check(r, "ncclGroupEnd");
+    for (auto& end : ends) end(int(r) == nccl::in_progress);
 }
 
 // One rank of a communicator. Copies share the rank (the last one destroys it).
@@ -221,6 +235,7 @@ public:
     template <Element T>
     void broadcast(const Tensor<T>& t, int root, std::optional<rt::stream_t> stream = std::nullopt) const {
         check_rank(root, "broadcast", "root");
+        check_fp8<T>("broadcast", t.numel());
         run<T>(Header{2, root, t.numel()}, "broadcast", "ncclBroadcast", stream, {&t}, {&t}, [&](rt::stream_t s) {
             return nccl::api::ncclBroadcast(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), root, s_->comm, s);
         });
@@ -240,6 +255,7 @@ public:
         require(out.defined() && in.defined() && out.numel() == in.numel() * size(), "all_gather: out must hold ", size(), " x ",
                 in.defined() ? in.numel() : 0, " elements (one input per rank), not ", out.defined() ? out.numel() : 0);
         check_in_place("all_gather", out, in, rank() * in.numel(), "in = block rank() of out");
+        check_fp8<T>("all_gather", in.numel());
         run<T>(Header{4, 0, in.numel()}, "all_gather", "ncclAllGather", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
             return nccl::api::ncclAllGather(in.data(), out.data(), std::size_t(in.numel()), nccl::data_type<T>(), s_->comm, s);
         });
@@ -313,9 +329,10 @@ private:
             : comm(c), rank(r), size(n), device(d), options(o), compute_capability(capability_of(d)) {
             watchdog = std::thread([this] { watch(); });
         }
-        // Work still pending (a rank that never joined) would make the events' destruction wait on
-        // a stuck stream forever: it gets until its deadline, then the communicator is aborted,
-        // which ends it (as torch's ~ProcessGroupNCCL aborts with work unfinished).
+        // Work still pending (a rank that never joined) would never end: ncclCommDestroy's finalize
+        // waits for it on a GPU (the sim's event destruction, too). It gets until its deadline, up to
+        // CommOptions::timeout, and then the communicator is aborted, which ends it. (torch's
+        // ~ProcessGroupNCCL aborts at once; waiting first lets work that is merely slow finish.)
         ~State() {
             {
                 std::lock_guard lk(m);
@@ -381,7 +398,7 @@ private:
                 std::this_thread::sleep_for(std::chrono::microseconds(200));
                 nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
             }
-            nccl::check(r, "an earlier collective (ncclCommGetAsyncError)", comm);
+            nccl::check(r, (std::string(pending) + " or an earlier call (ncclCommGetAsyncError)").c_str(), comm);
         }
         // The watchdog: every 20 ms, the pending collectives that completed are dropped; the first past
         // its deadline aborts the communicator.
@@ -431,8 +448,13 @@ private:
     template <class T>
     void check_op(ReduceOp op, const char* call) const {
         require(!(std::is_integral_v<T> && op == ReduceOp::avg), call, ": avg of integer tensors would truncate; reduce with sum and divide");
+        check_fp8<T>(call, 1);
+    }
+    // NCCL checks fp8 before anything but an empty call.
+    template <class T>
+    void check_fp8(const char* call, std::int64_t count) const {
         if constexpr (std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>)
-            detail::check_fp8_reduction(call, s_->compute_capability, device().index);
+            if (count > 0) detail::check_fp8_collective(call, s_->compute_capability, device().index);
     }
     void check_rank(int r, const char* call, const char* what) const {
         require(r >= 0 && r < size(), call, ": ", what, " ", r, " is not a rank of this communicator (", size(), " ranks)");
@@ -484,7 +506,15 @@ private:
         if (header && s_->options.debug_checks && detail::group_depth() == 0) exchange_headers(*header, int(nccl::data_type<T>()), name);
         const Call c = begin(name, stream, used);
         settle(issue(c.stream), nccl_call);
-        end(c, name, written);
+        if (detail::group_depth() == 0) return end(c, name, std::span<const Tensor<T>* const>(written.begin(), written.size()));
+        std::vector<Tensor<T>> kept;  // the caller's tensors need not outlive the group's body
+        for (const Tensor<T>* t : written) kept.push_back(*t);
+        detail::deferred_ends().push_back([self = *this, c, name = std::string(name), kept = std::move(kept)](bool settle_first) {
+            if (settle_first) self.s_->check("ncclGroupEnd");
+            std::vector<const Tensor<T>*> w;
+            for (const Tensor<T>& t : kept) w.push_back(&t);
+            self.end(c, name.c_str(), std::span<const Tensor<T>* const>(w));
+        });
     }
 
     // A call's result; ncclInProgress (non-blocking communicators) is polled until it settles.
@@ -565,7 +595,7 @@ private:
     }
     // Marks the written tensors and hands the call to the watchdog.
     template <class T>
-    void end(const Call& c, const char* name, std::initializer_list<const Tensor<T>*> written) const {
+    void end(const Call& c, const char* name, std::span<const Tensor<T>* const> written) const {
         for (const Tensor<T>* t : written) t->storage()->note_write(c.stream, device());
         Pending p{std::string(name) + " on rank " + std::to_string(rank()), Event(false, device()),
                   std::chrono::steady_clock::now() + s_->options.timeout};

@@ -369,11 +369,12 @@ inline std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const LtGemm& g, cons
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1], where);
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2], where);
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[3], where);
-    // No split-K partial sums kept in a 16-bit output type: a 16-bit result is rounded once from
-    // fp32, as the hand-written kernels and the sim do (torch's allow_*_reduced_precision_reduction
-    // = False).
-    pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-             std::uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE), where);
+    // No split-K partial sums kept in an output type narrower than fp32 (OUTPUT_TYPE, and INPLACE,
+    // which adds the parts up in D): such a result is rounded once from fp32, as the hand-written
+    // kernels and the sim do (torch's allow_*_reduced_precision_reduction = False). Algorithms
+    // without split-K are never masked out.
+    if (data_type_bytes(g.d.type) < 4)
+        pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, std::uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), where);
     std::array<cublasLtMatmulHeuristicResult_t, max_algorithms> results{};
     int found = 0;
     counters().heuristic_queries.fetch_add(1, std::memory_order_relaxed);

@@ -145,7 +145,7 @@ TESSEL_API void* allocate(std::size_t bytes, rt::stream_t stream) {
     // device (or no stream at all) would let that reuse race. The current stream needs no driver call.
     if (stream != nullptr && bytes != 0) {
         const Device d = current_device();
-        if (stream != current_stream(d).handle()) {
+        if (stream != current_stream_handle(d)) {
             const int owner = rt::stream_device(stream);  // a handle that is no live stream: CudaError
             require(owner == d.index, "memory::allocate(", bytes, " bytes): stream ", static_cast<const void*>(stream),
                     " belongs to device ", owner, ", but the memory is allocated on the current device ", d.index,

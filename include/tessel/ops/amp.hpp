@@ -42,14 +42,14 @@ void unscale_and_check(std::span<const Tensor<T>> tensors, float inv_scale, unsi
     {
         // Each element is unscaled once: a gradient listed twice (or two views of one buffer) would be
         // divided by the scale twice.
-        std::vector<std::size_t> order(tensors.size());
-        for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+        std::vector<std::size_t> order;  // the non-empty ones: an empty view between two would hide their overlap
+        for (std::size_t k = 0; k < tensors.size(); ++k)
+            if (tensors[k].numel() > 0) order.push_back(k);
         auto start = [&](std::size_t k) { return reinterpret_cast<std::uintptr_t>(tensors[k].data()); };
         std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return start(x) < start(y); });
         for (std::size_t i = 1; i < order.size(); ++i) {
             const std::size_t p = order[i - 1], k = order[i];
-            require(tensors[p].numel() == 0 || tensors[k].numel() == 0 ||
-                        start(p) + std::uintptr_t(tensors[p].numel()) * sizeof(T) <= start(k),
+            require(start(p) + std::uintptr_t(tensors[p].numel()) * sizeof(T) <= start(k),
                     "unscale_and_check: tensors ", std::min(p, k), " and ", std::max(p, k),
                     " share memory; each gradient must be listed once (it would be unscaled twice)");
         }
@@ -131,7 +131,7 @@ public:
             require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
                     grads[k].device().index, " but the scaler on device ", device_.index);
         // The flag is written on this stream: its memory must outlive that work, wherever it is freed.
-        if (stream_ != alloc_stream_) memory::record_stream(flag_, stream_, device_);
+        if (stream_ != alloc_stream_ && stream_ != recorded_stream_) memory::record_stream(flag_, stream_, device_), recorded_stream_ = stream_;
         unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
     }
     template <Element T>
@@ -186,7 +186,7 @@ private:
     int tracker_ = 0;
     Device device_;
     unsigned* flag_ = nullptr;
-    rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr;
+    rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr, recorded_stream_ = nullptr;
 };
 
 }  // namespace tessel

@@ -68,16 +68,20 @@ void require_sortable(const char* name, const Tensor<T>& x) {
             " elements; sorting is limited to 2^31 - 1 (CUB's segmented sort counts in int)");
 }
 
-// x with `axis` moved last, as a contiguous tensor (rows of the last dim).
+// x with `axis` moved last (rows of the last dim), as a view.
 template <Element T>
-Tensor<T> rows_of(const Tensor<T>& x, int axis, rt::stream_t stream) {
+Tensor<T> rows_view(const Tensor<T>& x, int axis, rt::stream_t stream) {
     // A scalar has the axes 0 and -1, as in PyTorch (and tessel's transpose and squeeze).
     const int rank = std::max(x.dim(), 1);
     const int a = axis < 0 ? axis + rank : axis;
     require(a >= 0 && a < rank, "axis ", axis, " out of range for shape ", x.shape());
-    const TensorOptions on{.device = x.device(), .stream = stream, .non_blocking = true};
-    if (x.dim() == 0) return x.reshape({1}, stream).to(on);
-    return a == x.dim() - 1 ? x.to(on) : x.transpose(a, x.dim() - 1).to(on);
+    if (x.dim() == 0) return x.reshape({1}, stream);
+    return a == x.dim() - 1 ? x : x.transpose(a, x.dim() - 1);
+}
+// The same as a contiguous tensor (x itself where it already is one).
+template <Element T>
+Tensor<T> rows_of(const Tensor<T>& x, int axis, rt::stream_t stream) {
+    return rows_view(x, axis, stream).to(TensorOptions{.device = x.device(), .stream = stream, .non_blocking = true});
 }
 // Undoes rows_of for a result r of the same shape: the last axis goes back to `axis` of a tensor of rank `rank`.
 template <Element T>
@@ -131,14 +135,16 @@ Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::
     ops::detail::require_sortable("sort", x);
     const rt::stream_t stream = stream_for("sort", stream_opt, x.device());
     DeviceGuard guard(x.device());
-    Tensor<T> in = ops::detail::rows_of(x, axis, stream);
+    Tensor<T> in;
     if constexpr (ops::is_float_type<T>) {
         // Radix order puts a NaN with the sign bit set (x86's 0/0, or -nan) before -inf; torch puts
-        // every NaN last (first descending). One pass makes each NaN the positive quiet NaN, whose
-        // place is that on both backends. (A new tensor: rows_of may return x itself.)
-        Tensor<T> positive = empty<T>(in.shape(), {.device = x.device(), .stream = stream});
-        (positive = where(isnan(in), std::numeric_limits<double>::quiet_NaN(), in)).run(stream);
-        in = positive;
+        // every NaN last (first descending). The copy into rows makes each NaN the positive quiet
+        // NaN, whose place is that on both backends: one pass, as the plain copy would be.
+        const Tensor<T> rows = ops::detail::rows_view(x, axis, stream);
+        in = empty<T>(rows.shape(), {.device = x.device(), .stream = stream});
+        (in = where(isnan(rows), std::numeric_limits<double>::quiet_NaN(), rows)).run(stream);
+    } else {
+        in = ops::detail::rows_of(x, axis, stream);
     }
     const std::int64_t cols = in.dim() ? in.shape()[in.dim() - 1] : 1, n = in.numel(), rows = cols ? n / cols : 0;
     Tensor<T> keys = empty<T>(in.shape(), {.device = x.device(), .stream = stream});

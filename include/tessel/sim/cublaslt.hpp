@@ -28,6 +28,7 @@ struct cublasLtContext {
     int device = 0;
     int major = 0, minor = 0;              // the device's compute capability: the fp8 rules depend on it
     std::size_t last_workspace_bytes = 0;  // what the last cublasLtMatmul was given
+    std::uint32_t last_reduction_scheme_mask = 0;  // the preference the last heuristic query was given
 };
 
 namespace tessel::sim::cublaslt {
@@ -67,6 +68,8 @@ TESSEL_API std::uint64_t heuristic_calls();
 TESSEL_API std::uint64_t handles_created();
 // The workspace size the handle's last cublasLtMatmul was given (tests check tessel's reached it).
 TESSEL_API std::size_t workspace_bytes(cublasLtHandle_t handle);
+// The REDUCTION_SCHEME_MASK of the preference the handle's last heuristic query was given.
+TESSEL_API std::uint32_t reduction_scheme_mask(cublasLtHandle_t handle);
 
 }  // namespace tessel::sim::cublaslt
 
@@ -117,7 +120,8 @@ struct PrefState {
     std::uint64_t max_workspace = 0;
     std::uint32_t align[4] = {256, 256, 256, 256};  // the documented defaults
     // Which split-K reduction schemes the heuristic may pick. The stand-in always reduces in fp32,
-    // which every mask allows; tessel leaves out OUTPUT_TYPE so that a GPU does the same.
+    // which every mask allows; tessel allows only COMPUTE_TYPE for outputs narrower than fp32 so
+    // that a GPU does the same.
     std::uint32_t reduction_scheme_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
 };
 struct AlgoState {
@@ -483,6 +487,7 @@ TESSEL_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle
     const detail::PrefState* prefs = detail::state<detail::PrefState>(pref);
     if (requested <= 0 || !results || !returned || !prefs) return CUBLAS_STATUS_INVALID_VALUE;
     detail::heuristics.fetch_add(1, std::memory_order_relaxed);
+    handle->last_reduction_scheme_mask = prefs->reduction_scheme_mask;
     detail::Problem p;
     if (const cublasStatus_t s = detail::describe(*handle, desc, {Adesc, Bdesc, Cdesc, Ddesc}, p); s != CUBLAS_STATUS_SUCCESS) return s;
     *returned = 0;
@@ -563,6 +568,7 @@ TESSEL_API std::uint64_t matmul_calls() { return detail::matmuls.load(std::memor
 TESSEL_API std::uint64_t heuristic_calls() { return detail::heuristics.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t handles_created() { return detail::handles.load(std::memory_order_relaxed); }
 TESSEL_API std::size_t workspace_bytes(cublasLtHandle_t handle) { return handle ? handle->last_workspace_bytes : 0; }
+TESSEL_API std::uint32_t reduction_scheme_mask(cublasLtHandle_t handle) { return handle ? handle->last_reduction_scheme_mask : 0; }
 
 }  // namespace tessel::sim::cublaslt
 #endif  // TESSEL_DEFINE_RUNTIME

@@ -100,6 +100,7 @@ TESSEL_API ncclResult_t ncclGroupEnd();
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -186,7 +187,7 @@ struct Clique {
     std::map<std::uint64_t, Op> collectives;                        // by call sequence
     std::map<std::tuple<int, int, std::uint64_t>, Op> transfers;  // (from, to, k-th transfer between them)
     struct Callers {
-        std::thread::id thread;  // of the first rank that called it outside a group
+        std::uint64_t thread = 0;  // thread_serial() of the first rank that called it outside a group
         int rank = -1, seen = 0;
     };
     std::map<std::uint64_t, Callers> callers;  // collectives by call sequence until every rank has called them
@@ -453,18 +454,25 @@ inline ncclResult_t queue_items(cudaStream_t stream, std::vector<Item> items) {
 // group (each call may wait on the host until the other ranks arrive). The sim could complete it;
 // it says what a GPU would hang on instead: "" or the error, recorded on the communicator, with
 // the clique aborted so the rank already waiting fails too.
+// A number for the calling thread, never reused in the process (a joined thread's std::thread::id
+// can come back for the next one, which would make a rank per thread in turn look like one thread).
+inline std::uint64_t thread_serial() {
+    static std::atomic<std::uint64_t> next{1};
+    static thread_local const std::uint64_t mine = next.fetch_add(1, std::memory_order_relaxed);
+    return mine;
+}
 inline std::string one_thread_misuse(ncclComm& c, std::uint64_t seq, Kind kind, bool grouped) {
     Clique& q = *c.clique;
     std::string why;
     {
         std::lock_guard lk(q.m);
         Clique::Callers& k = q.callers[seq];
-        if (!grouped && k.rank >= 0 && k.thread == std::this_thread::get_id())
+        if (!grouped && k.rank >= 0 && k.thread == thread_serial())
             why = std::string(kind_name(kind)) + " of ranks " + std::to_string(k.rank) + " and " + std::to_string(c.rank) +
                   " was called from one thread outside ncclGroupStart/ncclGroupEnd: NCCL would deadlock (each call may wait for the "
                   "other ranks); one thread driving several ranks must group the calls (tessel::dist::group)";
         else if (!grouped && k.rank < 0)
-            k.thread = std::this_thread::get_id(), k.rank = c.rank;
+            k.thread = thread_serial(), k.rank = c.rank;
         if (++k.seen == q.n) q.callers.erase(seq);
         if (!why.empty() && !q.aborted) q.aborted = true, q.reason = why;
     }

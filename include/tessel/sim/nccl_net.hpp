@@ -475,28 +475,32 @@ inline std::string remote_finish(RemoteCall& call) {
 // Wakes every wait of this rank; the hub sees the membership connection drop and fails the others.
 inline void remote_abort(ncclComm& c) {
     Remote& r = *c.remote;
+    std::vector<std::thread> background;  // taken under the lock (a split may be starting one), joined outside it
     {
         std::lock_guard lk(r.m);
         r.aborted = true;
         for (int fd : r.active) ::shutdown(fd, SHUT_RDWR);
         r.member.shutdown();
+        for (std::thread* t : {&r.joiner, &r.splitter})
+            if (t->joinable() && t->get_id() != std::this_thread::get_id()) background.push_back(std::move(*t));
     }
-    for (std::thread* t : {&r.joiner, &r.splitter})
-        if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
+    for (std::thread& t : background) t.join();
 }
 
 // A goodbye on the membership connection: this rank left on purpose.
 inline void remote_leave(ncclComm& c) {
     Remote& r = *c.remote;
+    std::vector<std::thread> background;
     {
         std::lock_guard lk(r.m);
         if (r.joiner.joinable() || r.splitter.joinable()) {
             std::lock_guard lc(c.m);
             if (c.async_error == ncclInProgress) r.aborted = true, r.member.shutdown();  // destroyed while still joining or splitting
         }
+        for (std::thread* t : {&r.joiner, &r.splitter})
+            if (t->joinable()) background.push_back(std::move(*t));
     }
-    for (std::thread* t : {&r.joiner, &r.splitter})
-        if (t->joinable()) t->join();
+    for (std::thread& t : background) t.join();
     std::lock_guard lk(r.m);
     if (r.left || !r.member.valid()) return;
     r.left = true;
@@ -648,7 +652,18 @@ TESSEL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
     }
     *newcomm = nullptr;
     detail::Remote& r = *keep->remote;
-    if (r.splitter.joinable()) r.splitter.join();  // the previous split's thread, already done
+    std::thread previous;  // the previous split's thread, already done (its comm settled)
+    {
+        std::lock_guard lk(r.m);
+        previous = std::move(r.splitter);
+    }
+    if (previous.joinable()) previous.join();
+    std::lock_guard lk(r.m);  // an abort on another thread takes the thread under this lock
+    if (r.aborted) {
+        std::lock_guard lc(keep->m);
+        if (keep->async_error == ncclInProgress) keep->async_error = ncclInvalidUsage;
+        return ncclInvalidUsage;
+    }
     r.splitter = std::thread([raw = keep.get(), color, key, newcomm, child_blocking] {
         detail::split_in_background(*raw, color, key, newcomm, child_blocking);
     });  // joined by destroy or abort, before the comm goes

@@ -204,6 +204,11 @@ inline Stream current_stream(Device d = current_device()) {
     if (std::size_t(d.index) < v.size()) return v[std::size_t(d.index)];
     return Stream::default_stream(d);
 }
+// The handle of current_stream(d), without copying the Stream (for hot paths that only compare).
+inline rt::stream_t current_stream_handle(Device d) {
+    auto& v = detail::current_streams();
+    return std::size_t(d.index) < v.size() ? v[std::size_t(d.index)].handle() : nullptr;
+}
 inline void set_current_stream(const Stream& s) {
     detail::require_device(s.device());  // the per-device list grows to the index: a bad one is an error
     auto& v = detail::current_streams();
@@ -216,7 +221,7 @@ inline void set_current_stream(const Stream& s) {
 // devices), or the device's current stream. A default-stream handle is that device's default stream.
 // The device's current stream passes without a driver call.
 inline rt::stream_t stream_for(const char* op, std::optional<rt::stream_t> chosen, Device device) {
-    const rt::stream_t current = current_stream(device).handle();
+    const rt::stream_t current = current_stream_handle(device);
     if (!chosen || *chosen == current) return current;
     DeviceGuard guard(device);
     const int owner = rt::stream_device(*chosen);
