@@ -134,6 +134,9 @@ T from_double(double v) {
     if constexpr (std::is_same_v<T, __half>) return __float2half(float(v));
     else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(float(v));
     else if constexpr (std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>) return T(float(v));
+    // Through int64, then modulo 2^bits: a value outside a narrow (or unsigned) type wraps, where the
+    // direct conversion would be undefined (-fsanitize=float-cast-overflow).
+    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return T(std::int64_t(v));
     else return T(v);
 }
 
