@@ -546,6 +546,40 @@ BAD("dist", "broadcast from a root that is not a rank", Expect::invalid_argument
 BAD("dist", "all_gather into an output of the wrong size", Expect::invalid_argument, "all_gather: out must hold 1 x 4 elements") {
     one_rank().all_gather(dev({4}), dev({5}));
 };
+BAD("dist", "a timeout beyond a day", Expect::invalid_argument, "the timeout must be positive and at most a day") {
+    (void)dist::Communicator::create_local({Device{0}}, {.timeout = std::chrono::milliseconds::max()});  // now() + it overflowed
+};
+BAD("dist", "all_to_all in place", Expect::invalid_argument, "all_to_all: in and out overlap; NCCL has no in-place all_to_all") {
+    const auto t = dev({4});
+    one_rank().all_to_all(t, t);  // a rank's receive overwrote what it still had to send
+};
+BAD("dist", "all_gather overlapping out outside NCCL's in-place layout", Expect::invalid_argument, "not in NCCL's in-place layout") {
+    const auto buf = dev({8});
+    one_rank().all_gather(buf.narrow(0, 1, 4), buf.narrow(0, 0, 4));
+};
+BAD("dist", "a send to itself outside a group", Expect::invalid_argument, "send: peer 0 is this rank") {
+    one_rank().send(dev({4}), 0);  // waited for itself until the watchdog fired
+};
+BAD_ENV("dist", "one thread calling two ranks' all_reduce outside a group (a LibraryError naming dist::group)", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    const auto comms = dist::Communicator::create_local({Device{0}, Device{1}}, {.timeout = std::chrono::seconds(30)});
+    const Stream s0 = Stream::create({}, Device{0});  // rank 0's failed wait stays with its stream
+    const auto a = zeros<float>({4}, {.device = Device{0}}), b = zeros<float>({4}, {.device = Device{1}});
+    comms[0].all_reduce(a, dist::ReduceOp::sum, s0.handle());
+    std::string what;
+    try {
+        comms[1].all_reduce(b);  // NCCL would deadlock; the sim says so
+    } catch (const LibraryError& e) {
+        what = e.what();
+    }
+    expect(what.find("called from one thread outside ncclGroupStart/ncclGroupEnd") != std::string::npos &&
+               what.find("tessel::dist::group") != std::string::npos,
+           "a LibraryError naming dist::group");
+    try {
+        s0.synchronize();
+    } catch (const Error&) {  // rank 0's collective failed with it
+    }
+};
 BAD_ENV("environment", "from_env without MASTER_PORT", Expect::invalid_argument, "MASTER_PORT is not set",
         {{"RANK", "0"}, {"WORLD_SIZE", "2"}}) {
     (void)dist::Communicator::from_env();
