@@ -34,6 +34,7 @@ public:
         if (bytes == 0) return nullptr;
         int dev = 0;
         TESSEL_CUDA_CHECK(rt::api::cudaGetDevice(&dev));
+        check_stream(bytes, stream, dev);
         // No device has 2^50 bytes (1 PiB); beyond that the size arithmetic (rounding, statistics) would wrap.
         if (bytes > kLargestRequest)
             fail<OutOfMemoryError>("out of memory on device ", dev, ": tried to allocate ", bytes,
@@ -49,6 +50,16 @@ public:
         std::lock_guard lk(map_m_);
         blocks_.emplace(b->ptr, b);
         return b->ptr;
+    }
+
+    // The memory is device `dev`'s and is reused by work on `stream`: a stream of another device (or
+    // no stream at all) would let that reuse race. The current stream needs no driver call.
+    static void check_stream(std::size_t bytes, rt::stream_t stream, int dev) {
+        if (stream == nullptr || stream == current_stream_handle(Device{dev})) return;
+        const int owner = rt::stream_device(stream);  // a handle that is no live stream: CudaError
+        require(owner == dev, "memory::allocate(", bytes, " bytes): stream ", static_cast<const void*>(stream), " belongs to device ",
+                owner, ", but the memory is allocated on the current device ", dev, "; make device ", owner,
+                " current first (DeviceGuard) or pass a stream of device ", dev);
     }
 
     void deallocate(void* p) {
@@ -141,17 +152,6 @@ private:
 TESSEL_API Backend backend() { return CachingAllocator::instance().backend(); }
 
 TESSEL_API void* allocate(std::size_t bytes, rt::stream_t stream) {
-    // The memory is the current device's and is reused by work on `stream`: a stream of another
-    // device (or no stream at all) would let that reuse race. The current stream needs no driver call.
-    if (stream != nullptr && bytes != 0) {
-        const Device d = current_device();
-        if (stream != current_stream_handle(d)) {
-            const int owner = rt::stream_device(stream);  // a handle that is no live stream: CudaError
-            require(owner == d.index, "memory::allocate(", bytes, " bytes): stream ", static_cast<const void*>(stream),
-                    " belongs to device ", owner, ", but the memory is allocated on the current device ", d.index,
-                    "; make device ", owner, " current first (DeviceGuard) or pass a stream of device ", d.index);
-        }
-    }
     return CachingAllocator::instance().allocate(bytes, stream);
 }
 TESSEL_API void deallocate(void* p) { CachingAllocator::instance().deallocate(p); }
