@@ -49,14 +49,15 @@ TEST_CASE("int8 matmul is the exact int32 product on both policies", "[ops][matm
     struct Mnk {
         std::int64_t m, n, k;
     };
-    const Mnk shapes[] = {{1, 1, 1}, {2, 7, 16}, {7, 2, 33}, {33, 127, 7}, {127, 33, 200}, {200, 200, 127}, {16, 200, 2}, {127, 1, 33}};
+    const Mnk shapes[] = {{1, 1, 1}, {2, 7, 16}, {7, 2, 33}, {33, 127, 7}, {127, 33, 200}, {200, 200, 127}, {16, 200, 2}, {127, 1, 33}, {1, 37, 45}};
     std::uint64_t seed = 7000;
     for (MatmulPolicy p : policies) {
         for (std::size_t i = 0; i < std::size(shapes); i += tessel::testing::sweep_step()) {
             const Mnk& s = shapes[i];
             // b by columns (a weight [N, K] transposed) is what both paths take as it lies.
             check_int8_views(p, {s.m, s.k}, id, {s.n, s.k}, tr, seed += 2, "b by columns");
-            CHECK(tessel::last_matmul_choice().copied_operands == (s.k % 16 == 0 ? 0 : 2));  // rows of whole 16-byte chunks
+            // Rows of whole 16-byte chunks; a single row (column) is one already.
+            CHECK(tessel::last_matmul_choice().copied_operands == (s.k % 16 == 0 || s.m == 1 ? 0 : 1) + (s.k % 16 == 0 || s.n == 1 ? 0 : 1));
         }
         check_int8_views(p, {45, 31}, id, {31, 29}, id, seed += 2, "b by rows (packed by columns)");
         check_int8_views(p, {31, 45}, tr, {29, 31}, tr, seed += 2, "a transposed (packed by rows)");
@@ -186,6 +187,24 @@ TEST_CASE("int8 matmul refuses what an exact or a requantised product cannot tak
                                   tessel::MatmulEpilogue<float>{.col_scale = four.to_host()});
                }),
                Catch::Contains("column scale must be in device memory"));
+#if !defined(TESSEL_BACKEND_CUDA)
+    // The stand-in refuses what cuBLAS's int8 GEMM refuses (lda, ldb multiples of 4, 4-byte aligned
+    // A and B), so the library-path tests above show tessel never asks for it (it packs int8 rows in
+    // whole 16-byte chunks).
+    const int one = 1, zero = 0;
+    const Tensor<int> c = tessel::empty<int>({8, 8});
+    cublasHandle_t h = tessel::cublas::handle(tessel::current_device(), tessel::current_stream().handle());
+    auto gemm = [&](const std::int8_t* x, int ld, long long stride, int batches) {
+        return tessel::cublas::api::cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 6, &one, x, CUDA_R_8I, ld, stride, w.data(),
+                                                              CUDA_R_8I, 32, 0, &zero, c.data(), CUDA_R_32I, 8, 0, batches,
+                                                              CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+    };
+    CHECK(gemm(a.data(), 32, 0, 1) == CUBLAS_STATUS_SUCCESS);
+    CHECK(gemm(a.data(), 6, 0, 1) == CUBLAS_STATUS_INVALID_VALUE);
+    CHECK(gemm(a.data() + 1, 28, 0, 1) == CUBLAS_STATUS_INVALID_VALUE);
+    CHECK(gemm(a.data(), 8, 10, 2) == CUBLAS_STATUS_INVALID_VALUE);
+    tessel::current_stream().synchronize();
+#endif
 }
 
 namespace {

@@ -47,9 +47,16 @@ inline bool col_layout(const MatrixArg& m) { return (m.rows <= 1 || m.row_stride
 inline MatrixLayout layout_of(const MatrixArg& m) {
     return row_layout(m) ? MatrixLayout::row : col_layout(m) ? MatrixLayout::col : MatrixLayout::other;
 }
+// A single row (column) has no second one to place, so its ld is free above cols (rows): the
+// smallest multiple of 16 elements, which every alignment rule takes (cuBLAS's int8 GEMM refuses an
+// ld that is not a multiple of 4; mma_matmul and cuBLASLt's fp8 want 16 bytes).
 inline std::int64_t leading_dim(const MatrixArg& m, MatrixLayout l) {
-    if (l == MatrixLayout::row) return m.rows <= 1 ? std::max<std::int64_t>(m.cols, 1) : m.row_stride;
-    return m.cols <= 1 ? std::max<std::int64_t>(m.rows, 1) : m.col_stride;
+    constexpr auto free_ld = [](std::int64_t n) {
+        const std::int64_t up = (std::max<std::int64_t>(n, 1) + 15) / 16 * 16;
+        return up > std::numeric_limits<int>::max() ? n : up;  // BLAS's ld is an int
+    };
+    if (l == MatrixLayout::row) return m.rows <= 1 ? free_ld(m.cols) : m.row_stride;
+    return m.cols <= 1 ? free_ld(m.rows) : m.col_stride;
 }
 template <class Tn>
 MatrixArg matrix_arg(const Tensor<Tn>& t) {
@@ -167,8 +174,13 @@ struct BlasProblem {
     cublasOperation_t op_first, op_second;
     int m, n, k, ld_first, ld_second, ldc;
 };
+// An operand that is one column in column layout is read as such (its ld is then free) rather than
+// as rows of one element each (ld = 1, which cuBLAS's int8 GEMM refuses).
+inline MatrixLayout blas_operand_layout(const MatrixArg& m) {
+    return m.cols <= 1 && m.rows > 1 && col_layout(m) ? MatrixLayout::col : layout_of(m);
+}
 inline BlasProblem blas_problem(const MatrixArg& a, const MatrixArg& b, const MatrixArg& c) {
-    const MatrixLayout la = layout_of(a), lb = layout_of(b), lc = layout_of(c);
+    const MatrixLayout la = blas_operand_layout(a), lb = blas_operand_layout(b), lc = layout_of(c);
     BlasProblem p;
     p.c_row = lc == MatrixLayout::row;
     p.first = p.c_row ? &b : &a;

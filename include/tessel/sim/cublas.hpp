@@ -329,6 +329,13 @@ TESSEL_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cubl
         return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
     if (Atype != Btype || !detail::supported(computeType, Atype, Ctype)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    // cublasGemmEx's int8 path: "A, B being 32-bit aligned; and lda, ldb being multiples of 4"
+    // (every batch's A and B, so the batch strides too); cuBLAS reports the leading dimension as an
+    // illegal value. tessel packs int8 operands in rows of whole 16-byte chunks.
+    if (computeType == CUBLAS_COMPUTE_32I &&
+        (lda % 4 != 0 || ldb % 4 != 0 || reinterpret_cast<std::uintptr_t>(A) % 4 != 0 || reinterpret_cast<std::uintptr_t>(B) % 4 != 0 ||
+         (batchCount > 1 && (strideA % 4 != 0 || strideB % 4 != 0))))
+        return CUBLAS_STATUS_INVALID_VALUE;
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
     // Host pointer mode: alpha and beta are read now, in the compute type's scale type.
