@@ -9,6 +9,7 @@
 #include <deque>
 #include <limits>
 #include <random>
+#include <span>
 #include <tuple>
 
 #include <tessel/ops/amp.hpp>
@@ -311,7 +312,9 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
     };
     std::vector<Range> ranges = {{0, 2, 1}};
     if constexpr (!std::is_same_v<T, bool>) ranges.push_back({3, 126, 7});
-    if constexpr (std::is_signed_v<T> || dtype_traits<T>::is_floating) ranges.push_back({100.25, -27, -0.75});
+    constexpr bool integral = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+    // An integer arange steps by whole numbers from a whole start (both truncated, as torch's).
+    if constexpr (std::is_signed_v<T> || dtype_traits<T>::is_floating) ranges.push_back({100.25, -27, integral ? -1.75 : -0.75});
     if constexpr (dtype_traits<T>::is_floating) ranges.push_back({-1.5, double(testing::large(100003)) * 1e-3, 1e-3});
     if constexpr (sizeof(T) >= 4 && !dtype_traits<T>::is_floating) ranges.push_back({-5, double(testing::large(1000003)), 1});
     for (const Range& r : ranges) {
@@ -329,7 +332,8 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
             const Tensor<T> h = t.to_host();
             std::size_t bad = 0;
             for (std::int64_t i = 0; i < n; ++i) {
-                const double want = expected_conversion<T>(std::fma(double(i), r.step, r.start), true), have = exact_value(h.data()[i]);
+                const double start = integral ? std::trunc(r.start) : r.start, step = integral ? std::trunc(r.step) : r.step;
+                const double want = expected_conversion<T>(std::fma(double(i), step, start), true), have = exact_value(h.data()[i]);
                 if (want != have && bad++ < 3) WARN("element " << i << ": " << have << ", expected " << want);
             }
             CHECK(bad == 0);
@@ -347,6 +351,19 @@ TEMPLATE_TEST_CASE("arange fills device memory with one kernel", "[tensor][cast]
         std::memset(poison, 0x5A, sizeof(T));
         if (inside) CHECK(exact_value(h.data()[i]) == expected_conversion<T>(double(i - 1), true));
         else CHECK(std::memcmp(h.data() + i, poison, sizeof(T)) == 0);
+    }
+}
+
+TEST_CASE("an integer arange counts in the given numbers and steps in whole ones, as torch's", "[tensor][cast]") {
+    for (MemorySpace space : {MemorySpace::device, MemorySpace::host}) {
+        INFO(space_name(space));
+        const TensorOptions o{.space = space};
+        CHECK(arange<std::int32_t>(-0.5, 2, 1, o).to_vector() == std::vector<std::int32_t>{0, 1, 2});
+        CHECK(arange<std::int32_t>(0.5, 3.7, 1.3, o).to_vector() == std::vector<std::int32_t>{0, 1, 2});
+        CHECK(arange<std::int64_t>(2.9, -1.2, -1.5, o).to_vector() == std::vector<std::int64_t>{2, 1, 0});
+        CHECK(arange<std::int8_t>(0, 0.5, 0.5, o).to_vector() == std::vector<std::int8_t>{0});  // one element: the step is never taken
+        CHECK_THROWS_WITH(arange<std::int8_t>(0, 2, 0.5, o), Catch::Contains("step 0.5 is 0 in int8"));
+        CHECK(arange<float>(-0.5, 2, 1, o).to_vector() == std::vector<float>{-0.5f, 0.5f, 1.5f});
     }
 }
 
@@ -470,6 +487,27 @@ TEST_CASE("int8 quantisation per tensor and per channel", "[ops][quantize]") {
     CHECK_THROWS_WITH(quantize(x, QuantParams{0.0, 0}), Catch::Contains("scale must be positive"));
     CHECK_THROWS_WITH(quantize(x, ChannelQuantParams{empty<float>({3}), empty<std::int32_t>({3}), 0}),
                       Catch::Contains("scale must have shape [7]"));
+
+    // A NaN has no code: it takes the zero point, so it dequantises to 0 (code 0 would give
+    // -zero_point * scale); infinities saturate.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> special = {nan, 1.f, -nan, inf, -inf, 2.f};
+    const auto s = from_host<float>(std::span<const float>(special), {2, 3});
+    for (int zero_point : {0, 3, -128, 127}) {
+        INFO("zero point " << zero_point);
+        const QuantParams p{0.5, zero_point};
+        const auto q = quantize(s, p).to_vector();
+        const auto want = [&](double v) { return std::int8_t(std::clamp(std::nearbyint(v / 0.5) + zero_point, -128.0, 127.0)); };
+        CHECK(q == std::vector<std::int8_t>{std::int8_t(zero_point), want(1), std::int8_t(zero_point), 127, -128, want(2)});
+        CHECK(dequantize(quantize(s, p), p).to_vector()[0] == 0.f);
+        const ChannelQuantParams cp{from_host<float>({0.5f, 0.25f}, {2}), from_host<std::int32_t>({zero_point, -zero_point / 2}, {2}), 0};
+        const auto cq = quantize(s, cp).to_vector();
+        CHECK(cq[0] == std::int8_t(zero_point));
+        CHECK(cq[2] == std::int8_t(zero_point));
+        CHECK(cq[3] == 127);
+        CHECK(cq[4] == -128);
+        CHECK(dequantize(quantize(s, cp), cp).to_vector()[2] == 0.f);
+    }
 }
 
 TEST_CASE("unscale_and_check: one fused pass over a list, inf and NaN detected", "[ops][amp]") {

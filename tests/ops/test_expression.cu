@@ -9,6 +9,8 @@
 #include <functional>
 #include <limits>
 #include <numbers>
+#include <random>
+#include <span>
 #include <sstream>
 
 #include <tessel/ops/assign.hpp>
@@ -243,6 +245,75 @@ TEST_CASE("integer arithmetic: Python modulo, true division, powers, comparisons
     STATIC_REQUIRE(std::is_same_v<decltype(c.dev * d.dev)::dtype, std::int32_t>);
     (wide = c.dev * d.dev).run();  // int8 * uint8 computes in int32: no wrap-around
     check(wide, [&](const auto& i) { return double(at(c.host, i)) * double(at(d.host, i)); }, 0, 0, "int8 * uint8");
+}
+
+TEST_CASE("clamp and where with numbers outside an integer operand's range", "[ops][expression]") {
+    // A bound beyond the type clamps as its nearest value in range (converted, -1000 would wrap to 24
+    // in int8, -5 to 251 in uint8); a bound with no such value, or a where value the result cannot
+    // hold, is refused as torch refuses it.
+    const std::int64_t n = 1031;
+    auto c = random_operand<std::int8_t>({n}, 31, -128, 127);
+    auto u = random_operand<std::uint8_t>({n}, 32, 0, 255);
+    auto w = random_operand<std::int32_t>({n}, 33, -2000000000, 2000000000);
+    auto c_out = poisoned<std::int8_t>({n});
+    auto u_out = poisoned<std::uint8_t>({n});
+    auto w_out = poisoned<std::int32_t>({n});
+    auto exact = [](double x, double lo, double hi) { return std::min(std::max(x, lo), hi); };
+    (c_out = clamp(c.dev, -1000, 1000)).run();
+    check(c_out, [&](const auto& i) { return exact(at(c.host, i), -1000, 1000); }, 0, 0, "int8 clamp(-1000, 1000)");
+    (c_out = clamp(c.dev, -5, 300)).run();
+    check(c_out, [&](const auto& i) { return exact(at(c.host, i), -5, 300); }, 0, 0, "int8 clamp(-5, 300)");
+    (u_out = clamp(u.dev, -5, 10)).run();
+    check(u_out, [&](const auto& i) { return exact(at(u.host, i), -5, 10); }, 0, 0, "uint8 clamp(-5, 10)");
+    (w_out = clamp(w.dev, 0, 3000000000LL)).run();
+    check(w_out, [&](const auto& i) { return exact(at(w.host, i), 0, 3e9); }, 0, 0, "int32 clamp(0, 3e9)");
+    (c_out = clamp(c.dev, 7, 7)).run();
+    check(c_out, [&](const auto&) { return 7.0; }, 0, 0, "int8 clamp(7, 7)");
+    CHECK_THROWS_WITH((c_out = clamp(c.dev, 200, 300)).run(), Catch::Contains("lower bound 200 is above every value of int8"));
+    CHECK_THROWS_WITH((u_out = clamp(u.dev, -9, -1)).run(), Catch::Contains("upper bound -1 is below every value of uint8"));
+
+    auto p = random_operand<bool>({n}, 34);
+    (c_out = where(p.dev, c.dev, -128)).run();
+    check(c_out, [&](const auto& i) { return at(p.host, i) ? double(at(c.host, i)) : -128.0; }, 0, 0, "where(int8, -128)");
+    CHECK_THROWS_WITH((c_out = where(p.dev, c.dev, 300)).run(), Catch::Contains("value 300 does not fit the result's type int8"));
+    CHECK_THROWS_WITH((u_out = where(p.dev, -1, u.dev)).run(), Catch::Contains("value -1 does not fit the result's type uint8"));
+    auto f_out = poisoned<float>({n});
+    (f_out = where(p.dev, c.dev, 300.5)).run();  // a floating number makes the result float: nothing to refuse
+    check(f_out, [&](const auto& i) { return at(p.host, i) ? double(at(c.host, i)) : 300.5; }, 0, 0, "where(int8, 300.5)");
+}
+
+TEMPLATE_TEST_CASE("comparing a reduced-precision tensor with a number rounds the number to its type", "[ops][expression]", __nv_bfloat16,
+                   __half) {
+    // torch's rule: the comparison is made in the common type, so x == 0.1 holds where x holds the
+    // type's 0.1. Values: neighbours of each threshold in T, plus random ones.
+    using T = TestType;
+    const double thresholds[] = {0.1, 1.001, -2.7182818, 1e-3, 300.3};
+    std::vector<double> values;
+    for (double t : thresholds) {
+        const T r = testing::from_double<T>(t);
+        values.push_back(testing::to_double(r));
+        values.push_back(std::nextafter(testing::to_double(r), 1e9));  // not in T: rounds to r or its upper neighbour
+        values.push_back(t);
+        values.push_back(-t);
+    }
+    std::mt19937_64 rng(35);
+    for (int i = 0; i < 101; ++i) values.push_back(std::uniform_real_distribution<double>(-4, 4)(rng));
+    std::vector<T> host(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) host[i] = testing::from_double<T>(values[i]);
+    const auto x = from_host<T>(std::span<const T>(host), Shape{std::int64_t(host.size())});
+    for (double t : thresholds) {
+        const double rt = testing::to_double(testing::from_double<T>(t));
+        INFO("threshold " << t << " (" << rt << " in T)");
+        auto eq = poisoned<bool>({std::int64_t(host.size())}), lt = poisoned<bool>({std::int64_t(host.size())});
+        auto ge = poisoned<bool>({std::int64_t(host.size())});
+        (eq = x == t).run();
+        (lt = x < t).run();
+        (ge = t >= x).run();
+        auto xi = [&](const auto& i) { return testing::to_double(host[std::size_t(i[0])]); };
+        check_bool(eq, [&](const auto& i) { return xi(i) == rt; }, "x == t");
+        check_bool(lt, [&](const auto& i) { return xi(i) < rt; }, "x < t");
+        check_bool(ge, [&](const auto& i) { return rt >= xi(i); }, "t >= x");
+    }
 }
 
 TEST_CASE("bool tensors: logic and where", "[ops][expression]") {

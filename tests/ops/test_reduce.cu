@@ -5,6 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
+#include <random>
+#include <span>
 #include <sstream>
 
 #include <tessel/ops/reduce.hpp>
@@ -297,6 +300,31 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     const float first = sum(y.dev).item();
     const float again = sum(y.dev).item();
     CHECK(std::memcmp(&first, &again, sizeof(float)) == 0);
+}
+
+TEMPLATE_TEST_CASE("var and std of values holding an infinity are NaN whatever the size and path", "[ops][reduce]", float, double) {
+    // torch's answer (the deviations inf - inf are NaN); the pairwise merge alone gave inf or NaN
+    // depending on where the infinities fell in the reduction tree.
+    using T = TestType;
+    const T inf = std::numeric_limits<T>::infinity();
+    std::mt19937_64 rng(41);
+    for (std::int64_t n : {2, 3, 4, 31, 33, 1000, 70001}) {
+        std::vector<T> v = testing::random_vector<T>(std::size_t(n), std::uint64_t(n));
+        const std::size_t at = std::size_t(rng() % std::uint64_t(n));
+        v[at] = (n % 2 != 0) ? -inf : inf;
+        INFO("n = " << n << ", infinity at " << at);
+        const auto x = from_host<T>(std::span<const T>(v), Shape{n});
+        CHECK(std::isnan(double(var(x).item())));
+        CHECK(std::isnan(double(stddev(x, {}, 0).item())));
+        // Rows of a [3, n] matrix, only the middle one holding the infinity (a row of finite values keeps its variance).
+        std::vector<T> rows(std::size_t(3 * n), T(1));
+        rows[std::size_t(n) + at] = inf;
+        rows[std::size_t(2 * n)] = T(3);  // the last row: one 3 among 1s, variance 4 / n
+        const auto per_row = var(from_host<T>(std::span<const T>(rows), Shape{3, n}), {1}).to_vector();
+        CHECK(per_row[0] == T(0));
+        CHECK(std::isnan(double(per_row[1])));
+        CHECK(std::fabs(double(per_row[2]) - 4.0 / double(n)) <= 1e-5 * 4.0 / double(n));
+    }
 }
 
 // Host values of an expression, computed in double from the inputs' host copies, as an Input whose

@@ -172,6 +172,12 @@ TEST_CASE("host element access checks space, rank and range", "[tensor][errors]"
     CHECK(h.to_vector()[0] == 9);
     CHECK_THROWS_AS(h({2, 0}), tessel::InvalidArgument);
     CHECK_THROWS_AS(h({1}), tessel::InvalidArgument);
+    // Negative indices count from the end, as torch's (h[-1, -1] is the last element).
+    CHECK(h({-1, -1}) == 6);
+    CHECK(h({-2, 1}) == 2);
+    CHECK(h.transpose(0, 1)({-1, 0}) == 3);
+    CHECK_THROWS_WITH(h({-3, 0}), Catch::Contains("index -3 out of range for dimension 0 of size 2"));
+    CHECK_THROWS_WITH(h({0, -4}), Catch::Contains("index -4 out of range for dimension 1 of size 3"));
     auto d = h.to(MemorySpace::device);
     try {
         (void)d({0, 0});
@@ -206,6 +212,10 @@ TEST_CASE("printing shows dtype, shape, place and the corner values", "[tensor][
     CHECK(small.to_string(std::numeric_limits<int>::max()).find("[[1, 2, 3],") != std::string::npos);
     CHECK(small.to_string(1).find("[[1, ..., 3],") != std::string::npos);
     CHECK_THROWS_WITH(small.to_string(0), Catch::Contains("edge = 0"));
+    // A NaN prints as torch's "nan" whatever its sign bit (x86's 0/0 sets it).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto nans = tessel::from_host<float>({nan, -nan, 1.5f}, {3});
+    CHECK(nans.to_string().find("[nan, nan, 1.5]") != std::string::npos);
 }
 
 TEST_CASE("managed tensors prefetch and take advice; other spaces refuse", "[tensor][managed]") {

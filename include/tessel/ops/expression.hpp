@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -408,13 +409,54 @@ concept operand = node<X> || is_tensor<X> || number<X>;
 template <class A, class B>
 concept operands = operand<A> && operand<B> && (!number<A> || !number<B>);
 
+// A comparison's operand as a node: a comparison is made in its operands' common type, so a number
+// against a bf16, half or fp8 operand is first rounded to that type (as torch does: x == 0.1 holds
+// where x holds bf16(0.1)), then widened to the type the comparison computes in.
+template <class Other, class X>
+auto comparison_operand(const X& x) {
+    if constexpr (number<X>) {
+        using tag = operand_dtype_t<X>;
+        using P = std::conditional_t<std::is_same_v<tag, bool>, bool, promote_t<Other, tag>>;
+        if constexpr (is_reduced_float<P>) return Scalar<tag, compute_t<P>>(cast<compute_t<P>>(cast<P>(double(x))));
+        else return as_node<Other>(x);
+    } else {
+        return as_node<Other>(x);
+    }
+}
+
 template <class Op, class A, class B>
 auto make_binary(Op op, const A& a, const B& b) {
     static_assert(!(std::is_same_v<Op, Sub> && std::is_same_v<operand_dtype_t<A>, bool> && std::is_same_v<operand_dtype_t<B>, bool>),
                   "bool - bool is not defined (as in torch and NumPy): use a != b (exclusive or) for masks, or cast_to<int> first");
-    auto l = as_node<operand_dtype_t<B>>(a);
-    auto r = as_node<operand_dtype_t<A>>(b);
-    return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
+    if constexpr (Op::kind == Kind::compare) {
+        auto l = comparison_operand<operand_dtype_t<B>>(a);
+        auto r = comparison_operand<operand_dtype_t<A>>(b);
+        return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
+    } else {
+        auto l = as_node<operand_dtype_t<B>>(a);
+        auto r = as_node<operand_dtype_t<A>>(b);
+        return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
+    }
+}
+
+// The integer type P a number x joins in an operation with an operand of element type Other, when P
+// is an integer type (void otherwise): its value must then fit P, or converting it would wrap.
+template <class Other, class X>
+struct integer_promotion {
+    using type = void;
+};
+template <class Other, class X>
+    requires(std::is_integral_v<X> && !std::is_same_v<X, bool> && !std::is_void_v<Other> && !std::is_same_v<Other, bool> &&
+             !std::is_same_v<Other, weak_int> && !std::is_same_v<Other, weak_float> && is_int_type<promote_t<Other, weak_int>>)
+struct integer_promotion<Other, X> {
+    using type = promote_t<Other, weak_int>;
+};
+template <class Other, class X>
+using integer_promotion_t = typename integer_promotion<Other, X>::type;
+template <class P, class X>
+bool fits(const X& x) {
+    if constexpr (std::is_void_v<P> || !std::is_integral_v<P>) return true;
+    else return std::in_range<P>(x);
 }
 template <class Op, class A>
 auto make_unary(Op op, const A& a) {
@@ -522,16 +564,46 @@ template <class Cond, class A, class B>
     requires(ops::node<Cond> || ops::is_tensor<Cond>) && ops::operand<A> && ops::operand<B> &&
             (!ops::number<A> || !ops::number<B>)
 auto where(const Cond& cond, const A& a, const B& b) {
+    // A number the result's integer type cannot hold would wrap (torch refuses it too).
+    auto check = [](const auto& v, auto other) {
+        using Other = typename decltype(other)::type;
+        using P = ops::integer_promotion_t<Other, std::remove_cvref_t<decltype(v)>>;
+        if constexpr (!std::is_void_v<P>)
+            require(ops::fits<P>(v), "where: the value ", +v, " does not fit the result's type ", dtype_traits<P>::name,
+                    " (the tensor operand's type); cast the tensor operand first (cast_to<T>), or pass a value in range");
+    };
+    check(a, std::type_identity<ops::operand_dtype_t<B>>{});
+    check(b, std::type_identity<ops::operand_dtype_t<A>>{});
     auto c = ops::as_node<void>(cond);
     auto x = ops::as_node<ops::operand_dtype_t<B>>(a);
     auto y = ops::as_node<ops::operand_dtype_t<A>>(b);
     return ops::Where<decltype(c), decltype(x), decltype(y)>(std::move(c), std::move(x), std::move(y));
 }
+namespace ops {
+// A number bound of clamp on an integer operand, brought into the operand's range: outside it, a
+// bound would wrap when converted (clamp(u8, -5, 10) would clamp every element to 10), while the
+// nearest value in range clamps exactly as the bound itself would. A lower bound above the range (or
+// an upper one below it) has no such value: an error, as in torch.
+template <class X, class Bound>
+auto clamp_bound(const Bound& b, bool lower) {
+    using P = integer_promotion_t<operand_dtype_t<X>, Bound>;
+    if constexpr (std::is_void_v<P>) {
+        return b;
+    } else {
+        using L = std::numeric_limits<P>;
+        require(lower ? std::cmp_less_equal(b, L::max()) : std::cmp_greater_equal(b, L::min()), "clamp: the ", lower ? "lower" : "upper",
+                " bound ", +b, " is ", lower ? "above" : "below", " every value of ", dtype_traits<P>::name, " [", +L::min(), ", ", +L::max(),
+                "]; cast the operand to a wider type first (cast_to<T>)");
+        return std::cmp_less(b, L::min()) ? L::min() : std::cmp_greater(b, L::max()) ? L::max() : P(b);
+    }
+}
+}  // namespace ops
+
 // min(max(x, lo), hi).
 template <class X, class Lo, class Hi>
     requires(ops::node<X> || ops::is_tensor<X>) && ops::operand<Lo> && ops::operand<Hi>
 auto clamp(const X& x, const Lo& lo, const Hi& hi) {
-    return minimum(maximum(x, lo), hi);
+    return minimum(maximum(x, ops::clamp_bound<X>(lo, true)), ops::clamp_bound<X>(hi, false));
 }
 
 }  // namespace tessel

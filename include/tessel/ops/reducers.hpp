@@ -149,10 +149,13 @@ struct VarianceReducer {
         return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
     }
     // Divided by max(0, n - correction), as torch: a correction of n or more gives inf (0/0: NaN
-    // when every value is equal, and for no values).
+    // when every value is equal, and for no values). Values holding an infinity have no finite mean,
+    // and their deviations inf - inf are NaN (torch's two-pass answer); the merge above would give
+    // inf or NaN depending on where the infinities fell in the tree.
     __host__ __device__ out_t finish(acc_t a, std::int64_t) const {
         const F denom = a.count > correction ? F(a.count - correction) : F(0);
-        const F var = a.m2 / denom;
+        const bool finite_mean = a.mean - a.mean == F(0);  // false for inf and NaN
+        const F var = finite_mean ? a.m2 / denom : a.mean - a.mean;
         return cast<out_t>(Std ? math::sqrt(var) : var);
     }
 };

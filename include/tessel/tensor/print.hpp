@@ -2,6 +2,7 @@
 // the values, corners only when large). Included by tensor.hpp.
 #pragma once
 
+#include <cmath>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -16,7 +17,11 @@ template <class T>
 void print_value(std::ostream& os, T v) {
     if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
     else if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) os << int(v);
-    else if constexpr (dtype_traits<T>::is_floating) os << double(convert<float>(v));
+    else if constexpr (dtype_traits<T>::is_floating) {
+        const double d = double(convert<float>(v));
+        if (std::isnan(d)) os << "nan";  // whatever its sign bit (x86's 0/0 sets it: "-nan"), as torch prints it
+        else os << d;
+    }
     else os << v;
 }
 }  // namespace detail

@@ -167,12 +167,14 @@ public:
         require(std::int64_t(index.size()) == dim(), "element access with ", index.size(), " indices into a tensor of rank ",
                 dim(), " (shape ", shape(), ")");
         int d = 0;
+        std::array<std::int64_t, max_rank> at{};
         for (std::int64_t i : index) {
-            require(i >= 0 && i < layout_.shape[d], "index ", i, " out of range for dimension ", d, " of size ",
-                    layout_.shape[d], " (shape ", shape(), ")");
+            const std::int64_t size = layout_.shape[d];
+            require(i >= -size && i < size, "index ", i, " out of range for dimension ", d, " of size ", size, " (shape ", shape(), ")");
+            at[std::size_t(d)] = i < 0 ? i + size : i;  // negative: counted from the end
             ++d;
         }
-        return static_cast<T*>(need().data())[layout_.offset_of(std::span<const std::int64_t>(index.begin(), index.size()))];
+        return static_cast<T*>(need().data())[layout_.offset_of(std::span<const std::int64_t>(at.data(), index.size()))];
     }
     // The single value of a one-element tensor (copied to the host if needed).
     T item() const {
@@ -309,6 +311,15 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
     require(count <= 9007199254740992.0, "arange: [", start, ", ", stop, ") in steps of ", step, " has ", count,
             " elements, more than a tensor can index");
     const std::int64_t n = count > 0 ? std::int64_t(count) : 0;
+    // An integer arange counts in the given numbers but steps in T, as torch's: start and step are
+    // truncated to integers first (arange<int>(-0.5, 2) is 0, 1, 2).
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        const double whole_step = std::trunc(step);
+        require(whole_step != 0.0 || n <= 1, "arange: step ", step, " is 0 in ", dtype_traits<T>::name,
+                " (an integer arange steps by whole numbers): use a floating type, or a step of at least 1");
+        start = std::trunc(start);
+        step = whole_step != 0.0 ? whole_step : 1.0;  // one element or none: the step is never taken
+    }
     if (n > 0) {
         const double last = start + double(n - 1) * step;
         const double lo = std::min(start, last), hi = std::max(start, last);
