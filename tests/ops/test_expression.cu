@@ -280,17 +280,47 @@ TEST_CASE("clamp and where with numbers outside an integer operand's range", "[o
     auto f_out = poisoned<float>({n});
     (f_out = where(p.dev, c.dev, 300.5)).run();  // a floating number makes the result float: nothing to refuse
     check(f_out, [&](const auto& i) { return at(p.host, i) ? double(at(c.host, i)) : 300.5; }, 0, 0, "where(int8, 300.5)");
+
+    // A floating or wider bound widens the clamp, which then runs in that type (torch's result types).
+    STATIC_REQUIRE(std::is_same_v<decltype(clamp(u.dev, -5.5, -1))::dtype, float>);
+    (f_out = clamp(u.dev, -5.5, -1)).run();
+    check(f_out, [&](const auto&) { return -1.0; }, 0, 0, "uint8 clamp(-5.5, -1)");
+    (f_out = clamp(u.dev, 300, 400.5)).run();
+    check(f_out, [&](const auto&) { return 300.0; }, 0, 0, "uint8 clamp(300, 400.5)");
+    STATIC_REQUIRE(std::is_same_v<decltype(clamp(c.dev, 1000, w.dev))::dtype, std::int32_t>);
+    (w_out = clamp(c.dev, 1000, w.dev)).run();
+    check(w_out, [&](const auto& i) { return std::min(1000.0, double(at(w.host, i))); }, 0, 0, "int8 clamp(1000, int32 tensor)");
+    // Character numbers are integers like any other.
+    (u_out = clamp(u.dev, 'a', 'z')).run();
+    check(u_out, [&](const auto& i) { return exact(at(u.host, i), 'a', 'z'); }, 0, 0, "uint8 clamp('a', 'z')");
+    (u_out = where(p.dev, u.dev, ' ')).run();
+    check(u_out, [&](const auto& i) { return at(p.host, i) ? double(at(u.host, i)) : 32.0; }, 0, 0, "where(uint8, ' ')");
+
+    // Comparisons with an integer number are exact: u8 > -1 everywhere, i32 < 2^40 everywhere.
+    auto mask = poisoned<bool>({n});
+    (mask = u.dev > -1).run();
+    check_bool(mask, [&](const auto&) { return true; }, "uint8 > -1");
+    (mask = w.dev < (std::int64_t(1) << 40)).run();
+    check_bool(mask, [&](const auto&) { return true; }, "int32 < 2^40");
+    (mask = c.dev == 300 || c.dev == 44).run();  // 300 is no int8 (converted it would be 44)
+    check_bool(mask, [&](const auto& i) { return at(c.host, i) == 44; }, "int8 == 300 || int8 == 44");
 }
 
 TEMPLATE_TEST_CASE("comparing a reduced-precision tensor with a number rounds the number to its type", "[ops][expression]", __nv_bfloat16,
-                   __half) {
+                   __half, __nv_fp8_e4m3, __nv_fp8_e5m2) {
     // torch's rule: the comparison is made in the common type, so x == 0.1 holds where x holds the
-    // type's 0.1. Values: neighbours of each threshold in T, plus random ones.
+    // type's 0.1 -- for a number within the type's finite range; one beyond it is compared as it is
+    // (rounded, 1000 would be e4m3's 448 and x < 1000 false for x = 448). Values: neighbours of
+    // each threshold in T, the infinities as T holds them, plus random ones.
     using T = TestType;
-    const double thresholds[] = {0.1, 1.001, -2.7182818, 1e-3, 300.3};
+    const double inf = std::numeric_limits<double>::infinity();
+    const double largest = std::is_same_v<T, __nv_bfloat16> ? 0x1.fep127 : std::is_same_v<T, __half> ? 65504.0
+                           : std::is_same_v<T, __nv_fp8_e4m3> ? 448.0 : 57344.0;
+    const double thresholds[] = {0.1, 1.001, -2.7182818, 1e-3, 300.3, 1000.0, 70000.0, -70000.0, inf, -inf};
+    const auto in_t = [&](double t) { return std::fabs(t) <= largest ? testing::to_double(testing::from_double<T>(t)) : t; };
     std::vector<double> values;
     for (double t : thresholds) {
-        const T r = testing::from_double<T>(t);
+        const T r = testing::from_double<T>(std::clamp(t, -largest, largest));
         values.push_back(testing::to_double(r));
         values.push_back(std::nextafter(testing::to_double(r), 1e9));  // not in T: rounds to r or its upper neighbour
         values.push_back(t);
@@ -302,7 +332,7 @@ TEMPLATE_TEST_CASE("comparing a reduced-precision tensor with a number rounds th
     for (std::size_t i = 0; i < values.size(); ++i) host[i] = testing::from_double<T>(values[i]);
     const auto x = from_host<T>(std::span<const T>(host), Shape{std::int64_t(host.size())});
     for (double t : thresholds) {
-        const double rt = testing::to_double(testing::from_double<T>(t));
+        const double rt = in_t(t);
         INFO("threshold " << t << " (" << rt << " in T)");
         auto eq = poisoned<bool>({std::int64_t(host.size())}), lt = poisoned<bool>({std::int64_t(host.size())});
         auto ge = poisoned<bool>({std::int64_t(host.size())});

@@ -325,6 +325,9 @@ TEMPLATE_TEST_CASE("var and std of values holding an infinity are NaN whatever t
         CHECK(std::isnan(double(per_row[1])));
         CHECK(std::fabs(double(per_row[2]) - 4.0 / double(n)) <= 1e-5 * 4.0 / double(n));
     }
+    // Finite values whose spread overflows T: inf, as torch's (not NaN: no value is infinite).
+    const T big = std::numeric_limits<T>::max() * T(0.9);
+    CHECK(std::isinf(double(var(from_host<T>({big, -big, big}, {3})).item())));
 }
 
 // Host values of an expression, computed in double from the inputs' host copies, as an Input whose

@@ -409,16 +409,26 @@ concept operand = node<X> || is_tensor<X> || number<X>;
 template <class A, class B>
 concept operands = operand<A> && operand<B> && (!number<A> || !number<B>);
 
-// A comparison's operand as a node: a comparison is made in its operands' common type, so a number
-// against a bf16, half or fp8 operand is first rounded to that type (as torch does: x == 0.1 holds
-// where x holds bf16(0.1)), then widened to the type the comparison computes in.
+// A comparison's operand as a node, the number exact on the operand's scale:
+// - against a bf16, half or fp8 operand, a number within the type's finite range is first rounded
+//   to the type, as torch does (x == 0.1 holds where x holds bf16(0.1)); one beyond it is kept as
+//   it is (rounded, 1000 would be e4m3's 448 and x < 1000 false for x = 448, or half's inf);
+// - against an integer operand, an integer number is compared in int64, so it cannot wrap
+//   (u8 > -1 is true everywhere; torch converts -1 to 255 first).
 template <class Other, class X>
 auto comparison_operand(const X& x) {
-    if constexpr (number<X>) {
+    if constexpr (number<X> && !std::is_same_v<X, bool>) {
         using tag = operand_dtype_t<X>;
-        using P = std::conditional_t<std::is_same_v<tag, bool>, bool, promote_t<Other, tag>>;
-        if constexpr (is_reduced_float<P>) return Scalar<tag, compute_t<P>>(cast<compute_t<P>>(cast<P>(double(x))));
-        else return as_node<Other>(x);
+        using P = promote_t<Other, tag>;
+        if constexpr (is_reduced_float<P>) {
+            const double v = double(x), top = double(convert<float>(::tessel::detail::largest_finite<P>()));
+            return Scalar<tag, compute_t<P>>(std::fabs(v) <= top ? cast<compute_t<P>>(cast<P>(v)) : compute_t<P>(v));
+        } else if constexpr (std::is_integral_v<X> && is_int_type<Other> && !std::is_same_v<Other, weak_int>) {
+            require(std::in_range<std::int64_t>(+x), "comparison: the number ", +x, " is beyond int64");
+            return Scalar<std::int64_t, std::int64_t>(std::int64_t(x));
+        } else {
+            return as_node<Other>(x);
+        }
     } else {
         return as_node<Other>(x);
     }
@@ -456,7 +466,7 @@ using integer_promotion_t = typename integer_promotion<Other, X>::type;
 template <class P, class X>
 bool fits(const X& x) {
     if constexpr (std::is_void_v<P> || !std::is_integral_v<P>) return true;
-    else return std::in_range<P>(x);
+    else return std::in_range<P>(+x);  // +: a character type widens to int (std::in_range refuses char types)
 }
 template <class Op, class A>
 auto make_unary(Op op, const A& a) {
@@ -580,30 +590,40 @@ auto where(const Cond& cond, const A& a, const B& b) {
     return ops::Where<decltype(c), decltype(x), decltype(y)>(std::move(c), std::move(x), std::move(y));
 }
 namespace ops {
-// A number bound of clamp on an integer operand, brought into the operand's range: outside it, a
-// bound would wrap when converted (clamp(u8, -5, 10) would clamp every element to 10), while the
-// nearest value in range clamps exactly as the bound itself would. A lower bound above the range (or
-// an upper one below it) has no such value: an error, as in torch.
-template <class X, class Bound>
+// The type clamp(x, lo, hi) computes and returns in: x's promoted with both bounds' (a floating or
+// wider bound widens it, as in torch: clamp(u8, -5.5, -1) is float32 -1).
+template <class X, class Lo, class Hi>
+using clamp_result_t = promote_t<promote_t<operand_dtype_t<X>, operand_dtype_t<Lo>>, operand_dtype_t<Hi>>;
+// A number bound of an integer clamp, brought into the result type R: outside it, a bound would wrap
+// when converted (clamp(u8, -5, 10) would clamp every element to 10), while the nearest value in
+// range clamps exactly as the bound itself would. A lower bound above the range (or an upper one
+// below it) has no such value: an error, as in torch.
+template <class R, class Bound>
 auto clamp_bound(const Bound& b, bool lower) {
-    using P = integer_promotion_t<operand_dtype_t<X>, Bound>;
-    if constexpr (std::is_void_v<P>) {
+    if constexpr (!number<Bound> || !std::is_integral_v<Bound> || std::is_same_v<Bound, bool> || !std::is_integral_v<R> ||
+                  std::is_same_v<R, bool>) {
         return b;
     } else {
-        using L = std::numeric_limits<P>;
-        require(lower ? std::cmp_less_equal(b, L::max()) : std::cmp_greater_equal(b, L::min()), "clamp: the ", lower ? "lower" : "upper",
-                " bound ", +b, " is ", lower ? "above" : "below", " every value of ", dtype_traits<P>::name, " [", +L::min(), ", ", +L::max(),
+        using L = std::numeric_limits<R>;
+        const auto v = +b;  // a character type widens to int (the std::cmp_* functions refuse char types)
+        require(lower ? std::cmp_less_equal(v, L::max()) : std::cmp_greater_equal(v, L::min()), "clamp: the ", lower ? "lower" : "upper",
+                " bound ", v, " is ", lower ? "above" : "below", " every value of ", dtype_traits<R>::name, " [", +L::min(), ", ", +L::max(),
                 "]; cast the operand to a wider type first (cast_to<T>)");
-        return std::cmp_less(b, L::min()) ? L::min() : std::cmp_greater(b, L::max()) ? L::max() : P(b);
+        return std::cmp_less(v, L::min()) ? L::min() : std::cmp_greater(v, L::max()) ? L::max() : R(v);
     }
 }
 }  // namespace ops
 
-// min(max(x, lo), hi).
+// min(max(x, lo), hi), in x's type promoted with the bounds' (x converted first when they widen it,
+// so that neither step wraps or rounds in x's narrower type).
 template <class X, class Lo, class Hi>
     requires(ops::node<X> || ops::is_tensor<X>) && ops::operand<Lo> && ops::operand<Hi>
 auto clamp(const X& x, const Lo& lo, const Hi& hi) {
-    return minimum(maximum(x, ops::clamp_bound<X>(lo, true)), ops::clamp_bound<X>(hi, false));
+    using R = ops::clamp_result_t<X, Lo, Hi>;
+    if constexpr (std::is_same_v<R, ops::operand_dtype_t<X>>)
+        return minimum(maximum(x, ops::clamp_bound<R>(lo, true)), ops::clamp_bound<R>(hi, false));
+    else
+        return minimum(maximum(cast_to<R>(x), ops::clamp_bound<R>(lo, true)), ops::clamp_bound<R>(hi, false));
 }
 
 }  // namespace tessel

@@ -140,7 +140,13 @@ struct VarianceReducer {
     using out_t = float_result_t<T>;
     std::int64_t correction = 1;  // 1: unbiased (divide by n - 1); 0: population
     __host__ __device__ acc_t identity() const { return {F(0), F(0), 0}; }
-    __host__ __device__ acc_t load(T x, std::int64_t) const { return {cast<F>(x), F(0), 1}; }
+    // m2 starts as x - x: 0, or NaN for an infinity or a NaN, which every merge then carries (torch's
+    // answer: the deviations inf - inf are NaN); the merge alone gave inf or NaN depending on where
+    // in the tree the infinity fell. Finite values whose spread overflows still give inf.
+    __host__ __device__ acc_t load(T x, std::int64_t) const {
+        const F v = cast<F>(x);
+        return {v, v - v, 1};
+    }
     __host__ __device__ acc_t combine(acc_t a, acc_t b) const {
         if (a.count == 0) return b;
         if (b.count == 0) return a;
@@ -149,13 +155,10 @@ struct VarianceReducer {
         return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
     }
     // Divided by max(0, n - correction), as torch: a correction of n or more gives inf (0/0: NaN
-    // when every value is equal, and for no values). Values holding an infinity have no finite mean,
-    // and their deviations inf - inf are NaN (torch's two-pass answer); the merge above would give
-    // inf or NaN depending on where the infinities fell in the tree.
+    // when every value is equal, and for no values).
     __host__ __device__ out_t finish(acc_t a, std::int64_t) const {
         const F denom = a.count > correction ? F(a.count - correction) : F(0);
-        const bool finite_mean = a.mean - a.mean == F(0);  // false for inf and NaN
-        const F var = finite_mean ? a.m2 / denom : a.mean - a.mean;
+        const F var = a.m2 / denom;
         return cast<out_t>(Std ? math::sqrt(var) : var);
     }
 };
