@@ -1,6 +1,11 @@
-// DLPack exchange: round trips for every dtype DLPack 0.6 expresses, in every memory space, with
-// strides preserved and each side's memory released exactly once.
+// DLPack exchange: round trips for every dtype, in every memory space, with strides preserved and
+// each side's memory released exactly once; capsules as other producers make them (0-d, empty,
+// broadcast, reversed, malformed), each released once whether accepted or refused.
 #include <tessel/tensor/dlpack.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
 
 #include "../support/device_array.hpp"
 
@@ -45,6 +50,92 @@ TEST_CASE("DLPack rejects what it cannot express and releases what it was given"
         CHECK(std::string(e.what()).find("float32") != std::string::npos);
     }
     CHECK(t.storage().use_count() == before);  // the rejected DLPack tensor was still released
-    CHECK_THROWS_AS(tessel::to_dlpack(tessel::zeros<bool>({2})), tessel::Unsupported);
-    CHECK_THROWS_AS(tessel::to_dlpack(tessel::zeros<__nv_fp8_e4m3>({2})), tessel::Unsupported);
+}
+
+TEMPLATE_TEST_CASE("DLPack carries bool and float8 with DLPack 1.x's codes", "[tensor][dlpack]", bool, __nv_fp8_e4m3, __nv_fp8_e5m2) {
+    // The codes PyTorch exchanges (torch.bool 6, float8_e4m3fn 10, float8_e5m2 12); DLPack 0.6's
+    // header names none of them, the layout is the same.
+    using T = TestType;
+    const std::uint8_t code = std::is_same_v<T, bool> ? 6 : std::is_same_v<T, __nv_fp8_e4m3> ? 10 : 12;
+    for (auto space : {tessel::MemorySpace::device, tessel::MemorySpace::host}) {
+        INFO("space " << tessel::space_name(space));
+        // A strided view of values 0..23 (0/1 for bool) there and back: the same elements, no copy.
+        std::vector<float> values(24);
+        for (int i = 0; i < 24; ++i) values[std::size_t(i)] = std::is_same_v<T, bool> ? float(i % 3 == 0) : float(i - 12);
+        const auto t = tessel::from_host<float>(std::span<const float>(values), {4, 6}).to<T>().to(space).transpose(0, 1).slice(0, 1, 6, 2);
+        {
+            const auto back = tessel::from_dlpack<T>(tessel::to_dlpack(t));
+            CHECK(back.data() == t.data());
+            CHECK(back.strides() == t.strides());
+            CHECK(back.template to<float>().to_vector() == t.template to<float>().to_vector());
+        }
+        auto z = tessel::zeros<T>({3}, {.space = space});
+        DLManagedTensor* m = tessel::to_dlpack(z);
+        CHECK(int(m->dl_tensor.dtype.code) == code);
+        CHECK(int(m->dl_tensor.dtype.bits) == 8);
+        m->deleter(m);
+    }
+    // One of them read as another says which it is.
+    const auto what = tessel::testing::message([] { (void)tessel::from_dlpack<std::uint8_t>(tessel::to_dlpack(tessel::zeros<T>({2}))); });
+    CHECK_THAT(what, Catch::Contains(std::is_same_v<T, bool> ? "holds bool" : std::is_same_v<T, __nv_fp8_e4m3> ? "holds float8_e4m3fn" : "holds float8_e5m2"));
+}
+
+namespace {
+// A capsule over `data` (not owned) with the given fields, counting its deleter's calls.
+struct Capsule {
+    std::int64_t shape[4] = {}, strides[4] = {};
+    DLManagedTensor managed{};
+    int deleted = 0;
+    Capsule(void* data, std::initializer_list<std::int64_t> s, std::initializer_list<std::int64_t> st, DLDataType dtype = {kDLFloat, 32, 1}) {
+        std::copy(s.begin(), s.end(), shape);
+        std::copy(st.begin(), st.end(), strides);
+        managed.dl_tensor = {data, {kDLCPU, 0}, int(s.size()), dtype, shape, st.size() ? strides : nullptr, 0};
+        managed.manager_ctx = this;
+        managed.deleter = [](DLManagedTensor* self) { ++static_cast<Capsule*>(self->manager_ctx)->deleted; };
+    }
+    Capsule(const Capsule&) = delete;  // it points into itself
+};
+}  // namespace
+
+TEST_CASE("DLPack capsules from other producers: 0-d, empty, broadcast, and malformed ones", "[tensor][dlpack]") {
+    float values[12];
+    for (int i = 0; i < 12; ++i) values[i] = float(i);
+    {  // 0-d, an empty dim, a stride-0 (broadcast) dim: wrapped as they are, released once
+        Capsule scalar(values + 5, {}, {}), empty(values, {3, 0}, {0, 1}), broadcast(values, {4, 3}, {0, 1});
+        {
+            const auto s = tessel::from_dlpack<float>(&scalar.managed);
+            CHECK(s.dim() == 0);
+            CHECK(s.item() == 5.f);
+            CHECK(tessel::from_dlpack<float>(&empty.managed).numel() == 0);
+            const auto b = tessel::from_dlpack<float>(&broadcast.managed);
+            CHECK(b.to_vector() == std::vector<float>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2});
+        }
+        CHECK(scalar.deleted == 1);
+        CHECK(empty.deleted == 1);
+        CHECK(broadcast.deleted == 1);
+    }
+    // Malformed or inexpressible: a typed error naming it, and the deleter still runs once.
+    struct Bad {
+        Capsule capsule;
+        const char* says;
+    };
+    Bad bad[] = {
+        {Capsule(values + 11, {4}, {-1}), "negative stride -1"},
+        {Capsule(nullptr, {2}, {1}), "null data pointer"},
+        {Capsule(values, {2}, {1}, {kDLComplex, 64, 1}), "holds complex64"},
+        {Capsule(values, {2}, {1}, {99, 32, 1}), "type code 99"},
+        {Capsule(values, {2}, {std::numeric_limits<std::int64_t>::max()}), "spans more bytes"},
+    };
+    for (Bad& b : bad) {
+        INFO(b.says);
+        CHECK_THAT(tessel::testing::message<tessel::Error>([&] { (void)tessel::from_dlpack<float>(&b.capsule.managed); }),
+                   Catch::Contains(b.says));
+        CHECK(b.capsule.deleted == 1);
+    }
+    Capsule later_device(values, {2}, {1});
+    const std::int32_t maia = 17;  // a DLPack 1.x device type beyond 0.6's enum
+    std::memcpy(&later_device.managed.dl_tensor.device.device_type, &maia, sizeof maia);
+    CHECK_THAT(tessel::testing::message<tessel::Unsupported>([&] { (void)tessel::from_dlpack<float>(&later_device.managed); }),
+               Catch::Contains("device type 17"));
+    CHECK(later_device.deleted == 1);
 }

@@ -1,7 +1,8 @@
 // Zero-copy exchange with other frameworks through DLPack (the Debian libdlpack-dev header, DLPack
 // 0.6): to_dlpack() hands out a DLManagedTensor that keeps the tensor's memory alive until its
 // deleter runs; from_dlpack() wraps one and calls its deleter when the last view goes away.
-// DLPack 0.6 has no bool or float8 codes, so those dtypes throw Unsupported.
+// bool and float8 travel with the codes later DLPack versions fixed in the same ABI (bool 6,
+// float8_e4m3fn 10, float8_e5m2 12: PyTorch's), which 0.6's header does not name.
 // Device memory is kDLCUDA (on the sim too, where it is host-addressable), pinned memory
 // kDLCUDAHost, managed memory kDLCUDAManaged, ordinary host memory kDLCPU.
 #pragma once
@@ -9,6 +10,8 @@
 #include <dlpack/dlpack.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string>
 
@@ -17,9 +20,16 @@
 namespace tessel {
 
 namespace detail {
+// Type codes of DLPack 1.x (the DLTensor layout is 0.6's): bool, and the float8 formats tessel has
+// (e4m3fn: no infinities, as CUDA's __nv_fp8_e4m3).
+inline constexpr std::uint8_t dl_code_bool = 6, dl_code_float8_e4m3fn = 10, dl_code_float8_e5m2 = 12;
+
 template <Element T>
 DLDataType dl_dtype() {
     switch (dtype_of<T>) {
+        case DType::boolean: return {dl_code_bool, 8, 1};
+        case DType::f8_e4m3: return {dl_code_float8_e4m3fn, 8, 1};
+        case DType::f8_e5m2: return {dl_code_float8_e5m2, 8, 1};
         case DType::f64: return {kDLFloat, 64, 1};
         case DType::f32: return {kDLFloat, 32, 1};
         case DType::f16: return {kDLFloat, 16, 1};
@@ -38,8 +48,17 @@ struct DlDtypeText {
     DLDataType t;
     friend std::ostream& operator<<(std::ostream& os, const DlDtypeText& d) {
         const DLDataType t = d.t;
-        os << (t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : "code?")
-           << int(t.bits);
+        // Codes after 0.6 as DLPack 1.x names them (bool 6, float8 7-14, float6 15-16, float4 17).
+        static constexpr const char* later[] = {"bool",          "float8_e3m4",     "float8_e4m3",    "float8_e4m3b11fnuz",
+                                                "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",    "float8_e5m2fnuz",
+                                                "float8_e8m0fnu", "float6_e2m3fn",  "float6_e3m2fn",  "float4_e2m1fn"};
+        if (t.code == kDLInt || t.code == kDLUInt || t.code == kDLFloat || t.code == kDLBfloat || t.code == kDLComplex)
+            os << (t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : "complex")
+               << int(t.bits);
+        else if (t.code >= 6 && t.code <= 17)
+            os << later[t.code - 6] << (t.bits != 8 ? " of " + std::to_string(int(t.bits)) + " bits" : std::string());
+        else
+            os << "type code " << int(t.code) << " (" << int(t.bits) << " bits)";
         if (t.lanes != 1) os << 'x' << int(t.lanes);
         return os;
     }
@@ -105,13 +124,18 @@ Tensor<T> from_dlpack(DLManagedTensor* m) {
     require(dl.ndim == 0 || dl.shape != nullptr, "from_dlpack: rank ", dl.ndim, " but the shape array is null");
     MemorySpace space = MemorySpace::host;
     Device device{dl.device.device_id};
-    switch (dl.device.device_type) {
+    // Read as an integer: a later DLPack's device type (kDLMAIA, 17) is outside 0.6's enum, and
+    // loading it as that enum would be undefined.
+    std::int32_t device_type = 0;
+    static_assert(sizeof(device_type) == sizeof(dl.device.device_type));
+    std::memcpy(&device_type, &dl.device.device_type, sizeof device_type);
+    switch (device_type) {
         case kDLCUDA: space = MemorySpace::device; break;
         case kDLCUDAManaged: space = MemorySpace::managed; break;
         case kDLCUDAHost: space = MemorySpace::pinned; break;
         case kDLCPU: space = MemorySpace::host; break;
         default:
-            fail<Unsupported>("from_dlpack: device type ", int(dl.device.device_type),
+            fail<Unsupported>("from_dlpack: device type ", device_type,
                               " is not CPU (1), CUDA (2), CUDA host (3) or CUDA managed (13) memory");
     }
     if (space == MemorySpace::device || space == MemorySpace::managed) {
@@ -128,7 +152,12 @@ Tensor<T> from_dlpack(DLManagedTensor* m) {
     Shape shape, strides;
     for (int d = 0; d < dl.ndim; ++d) shape.push_back(dl.shape[d]);
     if (dl.strides) {
-        for (int d = 0; d < dl.ndim; ++d) strides.push_back(dl.strides[d]);
+        for (int d = 0; d < dl.ndim; ++d) {
+            // NumPy's and CuPy's reversed views (x[::-1]) have them; tessel's views never do.
+            require(dl.strides[d] >= 0 || dl.shape[d] <= 1, "from_dlpack: dim ", d, " has the negative stride ", dl.strides[d],
+                    " (a reversed view); tessel's strides are not negative: pass a copy (numpy.ascontiguousarray, cupy.ascontiguousarray)");
+            strides.push_back(dl.strides[d]);
+        }
     } else {
         strides = Layout::contiguous(shape).strides;
     }

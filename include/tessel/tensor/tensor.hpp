@@ -364,10 +364,11 @@ Tensor<T> from_blob(T* data, const Shape& shape, MemorySpace space, Device devic
                     Storage::Deleter deleter = {}, std::optional<Shape> strides = std::nullopt) {
     const Layout l = strides ? Layout::strided(shape, *strides) : Layout::contiguous(shape);
     const auto extent = l.extent();
-    const std::int64_t elements = extent ? extent->highest + 1 : 0;
+    // highest + 1 in unsigned arithmetic: highest may be INT64_MAX (a stride of INT64_MAX).
+    const std::uint64_t elements = extent ? std::uint64_t(extent->highest) + 1 : 0;
     // Checked before the storage exists, so a rejected blob never runs its deleter.
     require(!extent || extent->lowest >= 0, "from_blob: strides ", l.strides, " reach before the pointer");
-    require(std::uint64_t(elements) <= std::numeric_limits<std::size_t>::max() / sizeof(T), "from_blob: shape ",
+    require(elements <= std::numeric_limits<std::size_t>::max() / sizeof(T), "from_blob: shape ",
             shape, " with strides ", l.strides, " spans more bytes than memory can hold");
     require(data != nullptr || l.numel() == 0, "from_blob: null pointer for shape ", shape, " (", l.numel(),
             " elements of ", dtype_traits<T>::name, ")");
