@@ -54,6 +54,16 @@ BAD("expressions", "an expression that does not fit the output", Expect::invalid
     (dev({3}) = dev({2, 3}) * 2).run();
 };
 BAD("expressions", "a host operand", Expect::invalid_argument, "host") { (void)evaluate(dev({3}) + host({3})); };
+BAD("expressions", "clamp of uint8 above 255", Expect::invalid_argument, "lower bound 300 is above every value of uint8") {
+    (void)evaluate(clamp(zeros<std::uint8_t>({3}), 300, 400));
+};
+BAD("expressions", "where with an int8 tensor and 300", Expect::invalid_argument, "value 300 does not fit the result's type int8") {
+    (void)evaluate(where(zeros<bool>({3}), zeros<std::int8_t>({3}), 300));
+};
+DEFINED("expressions", "clamp of uint8 to [-5, 10] clamps to [0, 10]") {
+    const auto v = evaluate(clamp(from_host<std::uint8_t>({0, 5, 200}, {3}), -5, 10)).to_vector();
+    expect(v == std::vector<std::uint8_t>{0, 5, 10}, "clamp(u8, -5, 10)");
+};
 BAD("expressions", "a host output", Expect::invalid_argument, "expressions run on a device") { (host({3}) = dev({3}) + 1).run(); };
 BAD("expressions", "an undefined output", Expect::invalid_argument, "undefined") { (Tensor<float>{} = dev({3}) + 1).run(); };
 BAD("expressions", "an undefined operand", Expect::invalid_argument, "undefined") { (void)evaluate(dev({3}) + Tensor<float>{}); };

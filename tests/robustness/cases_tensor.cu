@@ -3,6 +3,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <cstdint>
 #include <cstdio>
@@ -169,6 +170,9 @@ BAD("sizes", "arange<int64> whose last value passes int64 (2^63 + 1024)", Expect
 };
 BAD("views", "to_string with edge 0", Expect::invalid_argument, "edge = 0") { (void)zeros<float>({3}).to_string(0); };
 BAD("sizes", "arange with step 0", Expect::invalid_argument, "step must not be 0") { (void)arange<float>(0, 10, 0); };
+BAD("sizes", "arange<int8> with a step that truncates to 0", Expect::invalid_argument, "step 0.5 is 0 in int8") {
+    (void)arange<std::int8_t>(0, 10, 0.5);
+};
 BAD("sizes", "arange of 10^18 elements", Expect::invalid_argument, "more than a tensor can index") {
     (void)arange<std::int64_t>(0, 1e18, 1);
 };
@@ -416,8 +420,31 @@ BAD("dlpack", "vector lanes", Expect::invalid_argument, "float32x4") {
     Capsule c(host_block, {kDLCPU, 0}, {kDLFloat, 32, 4});
     (void)from_dlpack<float>(&c.m);
 };
-BAD("dlpack", "bool has no DLPack 0.6 code", Expect::unsupported, "DLPack 0.6 cannot express dtype bool") {
-    (void)to_dlpack(zeros<bool>({2}));
+DEFINED("dlpack", "bool travels with DLPack 1.x's code 6 (PyTorch's)") {
+    DLManagedTensor* m = to_dlpack(zeros<bool>({2}));
+    const bool coded = m->dl_tensor.dtype.code == 6 && m->dl_tensor.dtype.bits == 8;
+    m->deleter(m);
+    expect(coded, "bool as code 6, 8 bits");
+};
+BAD("dlpack", "a reversed view (negative stride)", Expect::invalid_argument, "negative stride -1") {
+    Capsule c(host_block + 5, {kDLCPU, 0});
+    c.strides[0] = 3, c.strides[1] = -1;
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "an unknown type code", Expect::invalid_argument, "type code 99") {
+    Capsule c(host_block, {kDLCPU, 0}, {99, 32, 1});
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "a DLPack 1.x device type beyond 0.6's enum", Expect::unsupported, "device type 17") {
+    Capsule c(host_block, {kDLCPU, 0});
+    const std::int32_t maia = 17;
+    std::memcpy(&c.m.dl_tensor.device.device_type, &maia, sizeof maia);
+    (void)from_dlpack<float>(&c.m);
+};
+BAD("dlpack", "a stride of INT64_MAX", Expect::invalid_argument, "overflows 64 bits") {
+    Capsule c(host_block, {kDLCPU, 0});
+    c.strides[0] = std::numeric_limits<std::int64_t>::max();
+    (void)from_dlpack<float>(&c.m);
 };
 BAD("dlpack", "to_dlpack of an undefined tensor (nothing allocated before the check: LeakSanitizer)",
     Expect::invalid_argument, "to_dlpack: the tensor is undefined") {
