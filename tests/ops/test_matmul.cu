@@ -222,6 +222,15 @@ TEST_CASE("matmul reports its path, follows the process policy, and uses the poo
                          MatmulOptions{.policy = MatmulPolicy::handwritten});
     CHECK(tessel::last_matmul_choice().copied_operands == 1);
     CHECK_THAT(std::string(tessel::last_matmul_choice().implementation), Catch::Contains("mma_matmul"));
+    // A bf16 matrix times a vector: the vector is one column, read as such (ld free), not copied.
+    const auto w16 = make<__nv_bfloat16>({9, 40}, 6, true), v16 = make<__nv_bfloat16>({40}, 7, true);
+    const auto mv = tessel::matmul(w16.base, v16.base, MatmulOptions{.policy = MatmulPolicy::handwritten});
+    CHECK(tessel::last_matmul_choice().copied_operands == 0);
+    CHECK_THAT(std::string(tessel::last_matmul_choice().implementation), Catch::Contains("B by columns"));
+    const auto ref = reference_matmul(w16.host, Shape{9, 40}, v16.host, Shape{40});
+    const auto got = mv.to_vector();
+    REQUIRE(got.size() == ref.value.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(double(__bfloat162float(got[i])) == double(__bfloat162float(__float2bfloat16(float(ref.value[i])))));
 #if defined(TESSEL_BACKEND_SIM)
     // The library path reached the stand-in, with the (handle, stream)'s workspace from the cache.
     const auto before = tessel::sim::cublas::gemm_calls();

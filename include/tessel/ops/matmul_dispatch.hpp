@@ -58,6 +58,12 @@ inline std::int64_t leading_dim(const MatrixArg& m, MatrixLayout l) {
     if (l == MatrixLayout::row) return m.rows <= 1 ? free_ld(m.cols) : m.row_stride;
     return m.cols <= 1 ? free_ld(m.rows) : m.col_stride;
 }
+// An operand that is one column in column layout is read as such (its ld is then free) rather than
+// as rows of one element each (ld = 1, which cuBLAS's int8 GEMM refuses and mma_matmul's 16-byte
+// rows cannot take).
+inline MatrixLayout blas_operand_layout(const MatrixArg& m) {
+    return m.cols <= 1 && m.rows > 1 && col_layout(m) ? MatrixLayout::col : layout_of(m);
+}
 template <class Tn>
 MatrixArg matrix_arg(const Tensor<Tn>& t) {
     const int r = t.dim();
@@ -86,7 +92,7 @@ bool handwritten_takes(const Tensor<T>& t, bool is_b, bool mma) {
     const MatrixArg m = matrix_arg(t);
     if (!mma) return row_layout(m);
     const MatrixLayout l = !is_b           ? (row_layout(m) ? MatrixLayout::row : MatrixLayout::other)
-                           : sizeof(T) == 2 ? layout_of(m)
+                           : sizeof(T) == 2 ? blas_operand_layout(m)
                                             : (col_layout(m) ? MatrixLayout::col : MatrixLayout::other);
     if (l == MatrixLayout::other) return false;
     constexpr std::int64_t V = 16 / sizeof(T);
@@ -174,11 +180,6 @@ struct BlasProblem {
     cublasOperation_t op_first, op_second;
     int m, n, k, ld_first, ld_second, ldc;
 };
-// An operand that is one column in column layout is read as such (its ld is then free) rather than
-// as rows of one element each (ld = 1, which cuBLAS's int8 GEMM refuses).
-inline MatrixLayout blas_operand_layout(const MatrixArg& m) {
-    return m.cols <= 1 && m.rows > 1 && col_layout(m) ? MatrixLayout::col : layout_of(m);
-}
 inline BlasProblem blas_problem(const MatrixArg& a, const MatrixArg& b, const MatrixArg& c) {
     const MatrixLayout la = blas_operand_layout(a), lb = blas_operand_layout(b), lc = layout_of(c);
     BlasProblem p;
@@ -300,7 +301,7 @@ std::string_view handwritten_gemm(Device device, rt::stream_t stream, const Matr
                                   std::int64_t batches, const epilogue_t<T, Out>& epilogue, bool mma, std::source_location site) {
     using Epilogue = epilogue_t<T, Out>;
     const int m = checked_int(c.rows, "M"), n = checked_int(c.cols, "N"), k = checked_int(a.cols, "K");
-    const bool b_columns = sizeof(T) != 2 ? mma : layout_of(b) == MatrixLayout::col;  // tf32 and int8 take B by columns
+    const bool b_columns = sizeof(T) != 2 ? mma : blas_operand_layout(b) == MatrixLayout::col;  // tf32 and int8 take B by columns
     const int lda = checked_int(leading_dim(a, MatrixLayout::row), "leading dimension");
     const int ldb = checked_int(leading_dim(b, b_columns ? MatrixLayout::col : MatrixLayout::row), "leading dimension");
     const int ldc = checked_int(leading_dim(c, MatrixLayout::row), "leading dimension");
