@@ -60,6 +60,9 @@ BAD("expressions", "clamp of uint8 above 255", Expect::invalid_argument, "lower 
 BAD("expressions", "where with an int8 tensor and 300", Expect::invalid_argument, "value 300 does not fit the result's type int8") {
     (void)evaluate(where(zeros<bool>({3}), zeros<std::int8_t>({3}), 300));
 };
+BAD("expressions", "an int64 tensor compared with 2^64 - 1", Expect::invalid_argument, "comparison: the number 18446744073709551615 is beyond int64") {
+    (void)evaluate(zeros<std::int64_t>({3}) < std::numeric_limits<unsigned long long>::max());
+};
 DEFINED("expressions", "clamp of uint8 to [-5, 10] clamps to [0, 10]") {
     const auto v = evaluate(clamp(from_host<std::uint8_t>({0, 5, 200}, {3}), -5, 10)).to_vector();
     expect(v == std::vector<std::uint8_t>{0, 5, 10}, "clamp(u8, -5, 10)");

@@ -449,25 +449,11 @@ auto make_binary(Op op, const A& a, const B& b) {
     }
 }
 
-// The integer type P a number x joins in an operation with an operand of element type Other, when P
-// is an integer type (void otherwise): its value must then fit P, or converting it would wrap.
-template <class Other, class X>
-struct integer_promotion {
-    using type = void;
-};
-template <class Other, class X>
-    requires(std::is_integral_v<X> && !std::is_same_v<X, bool> && !std::is_void_v<Other> && !std::is_same_v<Other, bool> &&
-             !std::is_same_v<Other, weak_int> && !std::is_same_v<Other, weak_float> && is_int_type<promote_t<Other, weak_int>>)
-struct integer_promotion<Other, X> {
-    using type = promote_t<Other, weak_int>;
-};
-template <class Other, class X>
-using integer_promotion_t = typename integer_promotion<Other, X>::type;
-template <class P, class X>
-bool fits(const X& x) {
-    if constexpr (std::is_void_v<P> || !std::is_integral_v<P>) return true;
-    else return std::in_range<P>(+x);  // +: a character type widens to int (std::in_range refuses char types)
-}
+// Whether a number of type X, converted into the integer result type R of its operation, must be
+// checked against R's range (an integer number with an integer result: converting would wrap).
+template <class R, class X>
+inline constexpr bool integer_number_into = number<X> && std::is_integral_v<X> && !std::is_same_v<X, bool> && std::is_integral_v<R> &&
+                                            !std::is_same_v<R, bool>;
 template <class Op, class A>
 auto make_unary(Op op, const A& a) {
     static_assert(!(std::is_same_v<Op, Negate> && std::is_same_v<operand_dtype_t<A>, bool>),
@@ -574,16 +560,15 @@ template <class Cond, class A, class B>
     requires(ops::node<Cond> || ops::is_tensor<Cond>) && ops::operand<A> && ops::operand<B> &&
             (!ops::number<A> || !ops::number<B>)
 auto where(const Cond& cond, const A& a, const B& b) {
-    // A number the result's integer type cannot hold would wrap (torch refuses it too).
-    auto check = [](const auto& v, auto other) {
-        using Other = typename decltype(other)::type;
-        using P = ops::integer_promotion_t<Other, std::remove_cvref_t<decltype(v)>>;
-        if constexpr (!std::is_void_v<P>)
-            require(ops::fits<P>(v), "where: the value ", +v, " does not fit the result's type ", dtype_traits<P>::name,
+    // A number the result's integer type cannot hold would wrap (torch refuses most such numbers too).
+    using R = ops::promote_t<ops::operand_dtype_t<A>, ops::operand_dtype_t<B>>;
+    auto check = [](const auto& v) {
+        if constexpr (ops::integer_number_into<R, std::remove_cvref_t<decltype(v)>>)
+            require(std::in_range<R>(+v), "where: the value ", +v, " does not fit the result's type ", dtype_traits<R>::name,
                     " (the tensor operand's type); cast the tensor operand first (cast_to<T>), or pass a value in range");
     };
-    check(a, std::type_identity<ops::operand_dtype_t<B>>{});
-    check(b, std::type_identity<ops::operand_dtype_t<A>>{});
+    check(a);
+    check(b);
     auto c = ops::as_node<void>(cond);
     auto x = ops::as_node<ops::operand_dtype_t<B>>(a);
     auto y = ops::as_node<ops::operand_dtype_t<A>>(b);
@@ -600,8 +585,7 @@ using clamp_result_t = promote_t<promote_t<operand_dtype_t<X>, operand_dtype_t<L
 // below it) has no such value: an error, as in torch.
 template <class R, class Bound>
 auto clamp_bound(const Bound& b, bool lower) {
-    if constexpr (!number<Bound> || !std::is_integral_v<Bound> || std::is_same_v<Bound, bool> || !std::is_integral_v<R> ||
-                  std::is_same_v<R, bool>) {
+    if constexpr (!integer_number_into<R, Bound>) {
         return b;
     } else {
         using L = std::numeric_limits<R>;

@@ -108,9 +108,8 @@ Tensor<std::int8_t> quantize(const Tensor<T>& x, QuantParams p) {
     // A NaN has no code: it takes the zero point, so that it dequantises to 0 (converting it would give
     // code 0, which dequantises to -zero_point * scale).
     // (The scale is finite and positive, so x / scale is NaN exactly where x is.)
-    (q = cast_to<std::int8_t>(where(isnan(cast_to<float>(x)), p.zero_point,
-                                    clamp(round(cast_to<float>(x) / float(p.scale)) + p.zero_point, -128, 127))))
-        .run();
+    const auto xf = cast_to<float>(x);
+    (q = cast_to<std::int8_t>(where(isnan(xf), p.zero_point, clamp(round(xf / float(p.scale)) + p.zero_point, -128, 127)))).run();
     return q;
 }
 // Quantises to int8 with a scale and zero point per index of p.axis.
@@ -122,7 +121,8 @@ Tensor<std::int8_t> quantize(const Tensor<T>& x, const ChannelQuantParams& p) {
     // A zero, negative or NaN scale is an error naming the channel rather than a tensor of saturated codes.
     ops::detail::check_channel_qparams("quantize", p.scale, p.zero_point);
     Tensor<std::int8_t> q = empty<std::int8_t>(x.shape(), {.device = x.device()});
-    (q = cast_to<std::int8_t>(where(isnan(cast_to<float>(x)), z, clamp(round(cast_to<float>(x) / s) + z, -128, 127)))).run();  // NaN: as above
+    const auto xf = cast_to<float>(x);
+    (q = cast_to<std::int8_t>(where(isnan(xf), z, clamp(round(xf / s) + z, -128, 127)))).run();  // NaN: as above
     return q;
 }
 // Back to float32: (q - zero_point) * scale.
