@@ -232,6 +232,59 @@ TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[
                     });
 }
 
+// Values drawn from {NaN, -inf, -1, 0, 1, inf} (NaN rare), so every output has ties, most hold
+// infinities and some a NaN, placed anywhere within a vector load or a thread's group of strided
+// elements: argmax and argmin follow torch (a NaN is the extremum, the first of ties wins).
+TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every path", "[ops][reduce]", float, __nv_bfloat16, double) {
+    using T = TestType;
+    const double inf = std::numeric_limits<double>::infinity();
+    auto first_of = [](bool max) {
+        return [max](const std::vector<double>& v) {
+            std::size_t best = 0;
+            for (std::size_t i = 1; i < v.size(); ++i) {
+                if (std::isnan(v[best])) break;
+                if (std::isnan(v[i]) || (max ? v[i] > v[best] : v[i] < v[best])) best = i;
+            }
+            return double(best);
+        };
+    };
+    auto exact = [](const auto&) { return 0.0; };
+    for (const Case& c : cases) {
+        auto u = random_input<double>(c.shape, std::uint64_t(c.shape[0] * 13 + 1), 0, 1);
+        std::vector<T> v(std::size_t(u.host.numel()));
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const double r = u.host.data()[i];
+            const double x = r < 0.002 ? NAN : r < 0.2 ? -inf : r < 0.4 ? -1 : r < 0.6 ? 0 : r < 0.8 ? 1 : inf;
+            v[i] = ops::cast<T>(x);
+        }
+        const Input<T> x{from_host<T>(std::span<const T>(v), c.shape), from_host<T>(std::span<const T>(v), c.shape, {.space = MemorySpace::host})};
+        check_reduction("argmax", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_of(true), exact);
+        check_reduction("argmin", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return argmin(t, a, k); }, first_of(false), exact);
+    }
+    // Rows of only -inf (argmax 0) and only +inf (argmin 0), through the vector and the strided paths.
+    for (std::int64_t n : {1, 7, 8, 33, 1024}) {
+        for (double fill : {-inf, inf}) {
+            const auto row = full<T>({3, n}, ops::cast<T>(fill));
+            const auto got = (fill < 0 ? argmax(row, {1}) : argmin(row, {1})).to_vector();
+            CHECK(got == std::vector<std::int64_t>(3, 0));
+            const auto col = (fill < 0 ? argmax(row.transpose(0, 1), {0}) : argmin(row.transpose(0, 1), {0})).to_vector();
+            CHECK(col == std::vector<std::int64_t>(3, 0));
+        }
+    }
+}
+
+TEST_CASE("var of equal values near the type's largest is 0 in every path", "[ops][reduce]") {
+    // A fold of a vector scales each value before adding (no overflow to inf), as Welford's
+    // per-element update never summed them.
+    const float big = std::numeric_limits<float>::max() * 0.75f;
+    for (std::int64_t n : {3, 4, 8, 1000, 1003}) {
+        const auto x = full<float>({2, n}, big);
+        for (float v : var(x, {1}).to_vector()) CHECK(v == 0.f);
+        for (float v : var(x.transpose(0, 1), {0}).to_vector()) CHECK(v == 0.f);
+        CHECK(var(x).item() == 0.f);
+    }
+}
+
 TEST_CASE("integer and bool sums widen to int64; Welford var survives a large mean", "[ops][reduce]") {
     auto big = full<std::int32_t>({100003}, 2'000'000'000);
     const auto s = sum(big);

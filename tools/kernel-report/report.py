@@ -204,8 +204,13 @@ def hot_loop(code, element_bytes):
             break
     if not inner:
         return None
-    lo, hi, s = max(inner, key=lambda x: (x[2]["load_bytes"] + x[2]["store_bytes"], x[2]["instructions"]))
+    traffic = lambda x: x[2]["load_bytes"] + x[2]["store_bytes"]
+    lo, hi, s = max(inner, key=lambda x: (traffic(x), x[2]["instructions"]))
     s["inner_loops"] = sum(1 for a, b, _ in all_loops if lo <= a and b <= hi and (a, b) != (lo, hi))
+    # A kernel with a general and a fast loop moving as many bytes per pass (coordinates for any
+    # layout, and a single stride) is reported by the larger; the smallest such sibling is noted.
+    siblings = [x for x in inner if traffic(x) == traffic((lo, hi, s)) and x[2]["instructions"] < s["instructions"]]
+    s["shortest_sibling"] = min(x[2]["instructions"] for x in siblings) if siblings else 0
     s["range"] = (lo, hi)
     per_pass = s["store_bytes"] if s["stores"] else s["load_bytes"]
     s["elements"] = max(per_pass / element_bytes, 1.0)
@@ -402,6 +407,9 @@ def fmt_loop(loop):
         extra.append(f"{loop['calls']} calls")
     if loop["inner_loops"]:
         extra.append(f"{loop['inner_loops']} inner loops, counted once")
+    if loop.get("shortest_sibling"):
+        sibling = loop["shortest_sibling"]
+        extra.append(f"a loop of as many bytes: {sibling} ({sibling / loop['elements']:.1f} per element)")
     return (f"| {loop['instructions']} | {loop['elements']:g} | {loop['per_element']:.1f} | {loop['per_byte']:.2f} | {widths} | "
             f"{', '.join(extra) or '–'} |")
 
@@ -437,7 +445,8 @@ def markdown(rows, budgets, problems, command):
             "thread; see above for how loops are found); elements: elements stored (or loaded, for reductions) per pass; per byte: instructions per "
             "global byte moved (an H200 issues about 7 per byte of its bandwidth per SM: above ~1, issue starts to compete "
             "with memory); load widths in bytes; local: LDL/STL (local-memory) instructions in the loop; calls: "
-            "subroutine calls (such as 64-bit division).", "",
+            "subroutine calls (such as 64-bit division); a loop of as many bytes: the smallest other innermost loop that moves as "
+            "many bytes per pass (a kernel's fast loop beside its general one, which the row reports).", "",
             "| kernel | variant | element | registers | loop instr. | elements | instr./element | instr./byte | load B | notes |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in sorted(by_template):

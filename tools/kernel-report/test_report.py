@@ -3,7 +3,7 @@
 budget check passes within budget and fails, naming the kernel, when each kind of budget is broken
 (registers, a spill or a stack frame in a hot kernel, narrow loads under 'wide', a main loop over
 'mainloop', a kernel without a budget); the loop finder counts a grid-stride loop and skips
-out-of-line code that jumps back; a matrix product's main loop is its mma loop, not its epilogue's."""
+out-of-line code that jumps back, and notes a fast loop beside a general one; a matrix product's main loop is its mma loop, not its epilogue's."""
 import os
 import subprocess
 import sys
@@ -75,6 +75,24 @@ def gemm_sass():
     return "\n".join(lines) + "\n"
 
 
+def two_path_sass():
+    """A general loop (0x10..0x50: 5 instructions) and a fast one (0x70..0x90: 3), each one 16-byte
+    load and store per pass: the row reports the general loop and notes the fast one."""
+    lines = [f"\t\tFunction : {COPY}",
+             "        /*0000*/                   S2R R0, SR_TID.X ;",
+             "        /*0010*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;",
+             "        /*0020*/                   IMAD.HI.U32 R9, R0, R8, RZ ;",
+             "        /*0030*/                   IMAD R9, R9, R8, R0 ;",
+             "        /*0040*/                   STG.E.128 desc[UR4][R2.64], R4 ;",
+             "        /*0050*/               @P0 BRA 0x10 ;",
+             "        /*0060*/                   EXIT ;",
+             "        /*0070*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;",
+             "        /*0080*/                   STG.E.128 desc[UR4][R2.64], R4 ;",
+             "        /*0090*/               @P1 BRA 0x70 ;",
+             "        /*00a0*/                   EXIT ;"]
+    return "\n".join(lines) + "\n"
+
+
 failures = []
 
 
@@ -91,6 +109,9 @@ if "| copy4 | 4 | float | 30 | 4 | 4 | 1.0 | 0.12 | 16 | – |" not in md:
     failures.append("hot-loop row not as computed by hand:\n" + md)
 if "| copy4 | 1 | 30–30 | 0 | 0 | 128 | 128 | 16 (64) |" not in md:
     failures.append("occupancy row (30 registers, 128 threads: 16 blocks, 64 warps) not as computed by hand:\n" + md)
+rc, out, md = run("// budget: threads 128, registers 32, hot, wide", ptxas(30), two_path_sass())
+if "| copy4 | 4 | float | 30 | 5 | 4 | 1.2 | 0.16 | 16 | a loop of as many bytes: 3 (0.8 per element) |" not in md:
+    failures.append("a general and a fast loop (5 and 3 instructions): the general one's row noting the fast one, expected:\n" + md)
 rc, out, _ = run("// budget: threads 128, registers 32, hot", ptxas(40), sass(wide))
 expect("registers over budget", rc, 1, out, "uses 40 registers, over its budget of 32")
 rc, out, _ = run("// budget: threads 128, registers 64, hot", ptxas(40, stack=16), sass(wide))
@@ -115,4 +136,4 @@ expect("an unreadable budget", rc, 1, out, "cannot read budget item 'regs 64'")
 if failures:
     print("\n\n".join(failures))
     sys.exit(1)
-print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, mainloop, missing, unreadable), loops, main loops and occupancy: all as expected")
+print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, mainloop, missing, unreadable), loops (a fast one beside a general one), main loops and occupancy: all as expected")

@@ -1,5 +1,5 @@
 // Reductions over all elements or any set of axes: sum, mean, prod, amax, amin, argmax, argmin,
-// all, any, norm (L1, L2, inf), var and std (Welford; correction 1 = unbiased by default), with
+// all, any, norm (L1, L2, inf), var and std (groups merged by Chan's formula; correction 1 = unbiased by default), with
 // keepdim. Deterministic always: every combination order is fixed by the input's shape, strides and
 // alignment (never by timing, grid size or the device), and no atomics are used, so a result is
 // bitwise reproducible.
@@ -439,7 +439,8 @@ auto norm(const X& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = 
         default: return ops::detail::reduce_any("norm", x, ops::NormReducer<T, ops::NormOrder::l2>{}, axes, keepdim, stream, site);
     }
 }
-// Variance over the axes with Welford's algorithm; correction 1 divides by n - 1 (unbiased), 0 by n.
+// Variance over the axes: each small group's own mean and squared deviations, merged by Chan's
+// pairwise formula (Welford's algorithm); correction 1 divides by n - 1 (unbiased), 0 by n.
 template <ops::reducible X>
 auto var(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
          std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {

@@ -100,6 +100,29 @@ struct ArgExtremumReducer {
         if (b_better || (b.value == a.value && b.index < a.index)) return b;
         return a;
     }
+    // Whether v, later in the order than `best`, replaces it: a NaN wins unless `best` is one, and
+    // a tie keeps the earlier. One unordered compare and one NaN test, no branch.
+    __host__ __device__ static bool later_wins(compute_t<T> v, compute_t<T> best) {
+        return (Max ? !(v <= best) : !(v >= best)) && !is_nan(best);
+    }
+    // N elements at positions k0, k0 + dk, ... after every position in `a` (a thread's next vector,
+    // or its next N strided elements): the best of them found with 32-bit positions and selects,
+    // then one merge, instead of N branchy combines of 64-bit positions (32 SASS instructions per
+    // fp32 element before; docs/kernels.md).
+    template <int N>
+    __host__ __device__ acc_t fold(acc_t a, const T (&x)[N], std::int64_t k0, std::int64_t dk) const {
+        compute_t<T> best = cast<compute_t<T>>(x[0]);
+        int at = 0;
+        for (int j = 1; j < N; ++j) {
+            const compute_t<T> v = cast<compute_t<T>>(x[j]);
+            const bool take = later_wins(v, best);
+            best = take ? v : best;
+            at = take ? j : at;
+        }
+        // The identity's position is the largest: whatever comes first replaces it (-inf included).
+        if (a.index == std::numeric_limits<std::int64_t>::max() || later_wins(best, a.value)) return {best, k0 + at * dk};
+        return a;
+    }
     __host__ __device__ out_t finish(acc_t a, std::int64_t) const { return a.index; }
 };
 // all / any over values taken as bool.
@@ -153,6 +176,25 @@ struct VarianceReducer {
         const std::int64_t n = a.count + b.count;
         const F delta = b.mean - a.mean, wb = F(b.count) / F(n);
         return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
+    }
+    // N elements at once (a thread's next vector, or its next N strided elements): their own mean
+    // and squared deviations in registers, then one merge, where N loads and combines paid N
+    // divisions and N conversions of 64-bit counts (38 SASS instructions per fp32 element before;
+    // docs/kernels.md). The mean scales before it adds (1/N is a power of two, exact), so N equal
+    // values near the type's largest keep a variance of 0; an infinity makes a deviation
+    // inf - inf, NaN, as load's x - x does.
+    template <int N>
+    __host__ __device__ acc_t fold(acc_t a, const T (&x)[N], std::int64_t, std::int64_t) const {
+        static_assert((N & (N - 1)) == 0, "1/N must be exact");
+        F v[N];
+        F mean = F(0);
+        for (int j = 0; j < N; ++j) {
+            v[j] = cast<F>(x[j]);
+            mean += v[j] * (F(1) / F(N));
+        }
+        F m2 = F(0);
+        for (int j = 0; j < N; ++j) m2 += (v[j] - mean) * (v[j] - mean);
+        return combine(a, acc_t{mean, m2, N});
     }
     // Divided by max(0, n - correction), as torch: a correction of n or more gives inf (0/0: NaN
     // when every value is equal, and for no values).

@@ -11,8 +11,10 @@
 // atomics are used.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <tessel/core/divisor.hpp>
 #include <tessel/core/kernel.hpp>
@@ -89,6 +91,44 @@ __device__ A warp_combine(const Op& op, A acc, int width) {
     return acc;
 }
 
+// Whether Op folds N elements into an accumulator at once (reducers.hpp: argmax and argmin, var
+// and std), cheaper than N loads and combines.
+template <class Op, class T, int N>
+concept folds_elements = requires(const Op& op, typename Op::acc_t a, const T (&x)[N]) {
+    { op.template fold<N>(a, x, std::int64_t(0), std::int64_t(1)) } -> std::same_as<typename Op::acc_t>;
+};
+
+// A thread's elements k, k + Step, ... below end, in order, into acc; at(k) reads element k. An
+// op that folds takes them four at a time (four loads in flight, one fold), then one by one.
+template <int Step, class Op, class At, class I>
+__device__ typename Op::acc_t accumulate_with(const Op& op, const At& at, I k, I end, typename Op::acc_t acc) {
+    using T = std::remove_cvref_t<decltype(at(k))>;
+    if constexpr (folds_elements<Op, T, 4>) {
+        for (; k + 3 * I(Step) < end; k += 4 * I(Step)) {
+            T x[4];
+            for (int j = 0; j < 4; ++j) x[j] = at(k + I(j) * I(Step));
+            acc = op.template fold<4>(acc, x, std::int64_t(k), Step);
+        }
+    }
+    for (; k < end; k += I(Step)) acc = op.combine(acc, op.load(at(k), std::int64_t(k)));
+    return acc;
+}
+
+// The same over a source's row (or column). A tensor's reduced elements one stride apart (one
+// reduced dim after coalescing: columns, rows that are not 16-byte aligned) are read with that
+// stride in a loop of their own, not through the general coordinate arithmetic that the compiler
+// otherwise keeps inside the loop once the op's per-element code is large (argmax, var).
+template <int Step, class Src, class Op, class Row, class I>
+__device__ typename Op::acc_t accumulate_strided(const Src& src, const Op& op, const Row& row, I k, I end, typename Op::acc_t acc) {
+    if constexpr (requires { src.ix.inner_stride[0]; }) {
+        if (src.ix.inner_rank == 1) {
+            const std::int64_t stride = src.ix.inner_stride[0];
+            return accumulate_with<Step>(op, [&](I i) { return row[std::int64_t(i) * stride]; }, k, end, acc);
+        }
+    }
+    return accumulate_with<Step>(op, [&](I i) { return src.at(row, i); }, k, end, acc);
+}
+
 // What a work item writes as a partial result: the op's partial(acc) where it has one (argmax and
 // argmin move their positions from the launch's count to the output's), else the accumulator.
 template <class Op, class A>
@@ -123,10 +163,14 @@ __global__ void reduce(Src src, Op op, I outputs, I K, I splits, I chunk, typena
             if constexpr (V > 1) {
                 for (I k = begin + I(lane) * V; k < end; k += I(Threads) * V) {
                     const auto p = *reinterpret_cast<const ops::Packed<T, V>*>(row + k);
-                    for (int j = 0; j < V; ++j) acc = op.combine(acc, op.load(p.v[j], std::int64_t(k) + j));
+                    if constexpr (folds_elements<Op, T, V>) {
+                        acc = op.template fold<V>(acc, p.v, std::int64_t(k), 1);
+                    } else {
+                        for (int j = 0; j < V; ++j) acc = op.combine(acc, op.load(p.v[j], std::int64_t(k) + j));
+                    }
                 }
             } else {
-                for (I k = begin + I(lane); k < end; k += I(Threads)) acc = op.combine(acc, op.load(src.at(row, k), std::int64_t(k)));
+                acc = accumulate_strided<Threads>(src, op, row, begin + I(lane), end, acc);
             }
         }
         if constexpr (Threads > 1) acc = warp_combine(op, acc, 32);
@@ -166,7 +210,7 @@ __global__ void reduce_columns(Src src, Op op, I outputs, I K, I splits, I chunk
         A acc = op.identity();
         if (o < outputs) {
             const auto column = src.row(o);
-            for (I k = begin + I(y); k < end; k += slices) acc = op.combine(acc, op.load(src.at(column, k), std::int64_t(k)));
+            acc = accumulate_strided<slices>(src, op, column, begin + I(y), end, acc);
         }
         for (int d = 16; d >= Width; d /= 2) acc = op.combine(acc, shuffle_down(acc, unsigned(d), 32));  // lanes x, x + Width, ...
         if (lane < Width) partials[threadIdx.x / 32][x] = acc;
