@@ -111,6 +111,59 @@ TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
     }
 }
 
+// The warp path's special values in every element type and lane layout: rows shorter than a warp
+// (33: one lane holds a second element), lengths that leave some lanes a slot past the row's end
+// (40, 300: padded with -inf there), 16-byte vectors (1032 floats, 1024 bf16) and one element at a
+// time (1001). Reduced types compute their exp by the approximate exp2 (ops/rows.hpp).
+TEMPLATE_TEST_CASE("softmax of masked rows, all -inf rows and NaN in every type on the warp path", "[ops][rows]", float, __nv_bfloat16,
+                   __half) {
+    using T = TestType;
+    const double rtol = std::is_same_v<T, float> ? 1e-5 : std::is_same_v<T, __half> ? 2e-3 : 8e-3;
+    const double log_atol = std::is_same_v<T, float> ? 2e-5 : std::is_same_v<T, __half> ? 0.02 : 0.1;
+    for (std::int64_t cols : {33, 40, 300, 1000, 1001, 1024, 1032}) {
+        INFO("cols " << cols);
+        auto v = testing::random_host<T>(std::size_t(5 * cols), std::uint64_t(cols), -5, 5);
+        T* h = v.data();
+        const T neg_inf = ops::cast<T>(-INFINITY);
+        for (std::int64_t k = 0; k < cols; ++k) {
+            if (k < cols / 2) h[k] = neg_inf;                 // row 0: the first half masked
+            if (k % 3 == 0) h[cols + k] = neg_inf;            // row 1: every third masked
+            h[2 * cols + k] = neg_inf;                        // row 2: all masked
+        }
+        h[3 * cols + cols - 1] = ops::cast<T>(NAN);       // row 3: a NaN, last
+        h[4 * cols + cols / 2] = ops::cast<T>(INFINITY);  // row 4: one +inf
+        std::vector<double> xv(v.n);
+        for (std::size_t i = 0; i < v.n; ++i) xv[i] = convert<double>(h[i]);
+        const auto x = from_host<T>(v.span(), {5, cols});
+        (void)full<T>({5, cols}, ops::cast<T>(7.0));
+        // float16 outputs below 2^-14 are subnormal, spaced 2^-24.
+        compare(softmax(x), softmax_ref(xv, cols, false), std::is_same_v<T, __half> ? 6e-8 : 1e-30, rtol, "softmax");
+        (void)full<T>({5, cols}, ops::cast<T>(7.0));
+        compare(log_softmax(x), softmax_ref(xv, cols, true), log_atol, rtol, "log_softmax");
+    }
+}
+
+// Probabilities below float's normal range (2^-126) are subnormal in bf16 too: the approximate exp2
+// flushes subnormal results, so the reduced types' exp squares a half power that stays normal
+// (ops/rows.hpp); exp(-88) = 6.05e-39 must not come out as 0.
+TEST_CASE("softmax of bf16 keeps subnormal probabilities", "[ops][rows]") {
+    for (std::int64_t cols : {8, 9, 300, 1024}) {
+        INFO("cols " << cols);
+        std::vector<__nv_bfloat16> v(std::size_t(cols), ops::cast<__nv_bfloat16>(-200.0));
+        v[0] = ops::cast<__nv_bfloat16>(0.0);
+        v[std::size_t(cols) - 1] = ops::cast<__nv_bfloat16>(-88.0);
+        v[std::size_t(cols) / 2] = ops::cast<__nv_bfloat16>(-92.0);
+        std::vector<double> xv;
+        for (auto e : v) xv.push_back(convert<double>(e));
+        const auto y = softmax(from_host<__nv_bfloat16>(std::span<const __nv_bfloat16>(v), {1, cols})).to_vector();
+        const auto want = softmax_ref(xv, cols, false);
+        CHECK(convert<double>(y[std::size_t(cols) - 1]) > 0);
+        CHECK(convert<double>(y[std::size_t(cols) / 2]) > 0);
+        for (std::size_t k = 0; k < want.size(); ++k)
+            CHECK(std::fabs(convert<double>(y[k]) - want[k]) <= want[k] * (1.0 / 128) + std::ldexp(1.0, -134));  // bf16 subnormals are 2^-133 apart
+    }
+}
+
 // The same masks on rows that take the block path with the row cached (5000), the cluster path
 // (58200 floats: 2 blocks, so row 0's first half is one block's whole slice, which must add exp = 0
 // to the row, not NaN) and the two-read path (470001: whole groups of 4 vectors of -inf fold first).

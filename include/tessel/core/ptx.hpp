@@ -5,6 +5,7 @@
 // lower-numbered in the low half), four int8 elements (lowest byte first), or one tf32/fp32/int32.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernel.hpp"
@@ -85,6 +86,21 @@ __device__ __forceinline__ std::uint32_t cvt_rna_tf32(float x) {
     return r;
 #else
     return 0;
+#endif
+}
+
+// ex2.approx.ftz.f32: 2^x on the special function unit (one MUFU.EX2), subnormal inputs and results
+// flushed to sign-preserving zero (PTX ISA, "ex2"). CUDA's exp2f is this instruction plus subnormal
+// handling (its SASS: MUFU.EX2 between a scaling FSETP and two FMULs), so its documented 2 ulp is
+// this instruction's error on normal results. The sim (and the host) compute exp2 and flush.
+__host__ __device__ __forceinline__ float ex2_approx_ftz(float x) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+#else
+    auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+    return flush(std::exp2(flush(x)));
 #endif
 }
 

@@ -48,6 +48,9 @@ TESSEL_MATH_UNARY(fabs, fabsf, fabs)
 #undef TESSEL_MATH_UNARY
 __host__ __device__ inline float pow(float x, float y) { return ::powf(x, y); }
 __host__ __device__ inline double pow(double x, double y) { return ::pow(x, y); }
+// The larger of two numbers, a NaN ignored (one FMNMX; ops::Maximum propagates NaN in three).
+__host__ __device__ inline float fmax(float x, float y) { return ::fmaxf(x, y); }
+__host__ __device__ inline double fmax(double x, double y) { return ::fmax(x, y); }
 __host__ __device__ inline float fmod(float x, float y) { return ::fmodf(x, y); }
 __host__ __device__ inline double fmod(double x, double y) { return ::fmod(x, y); }
 }  // namespace math

@@ -16,6 +16,7 @@
 #include <source_location>
 #include <tuple>
 
+#include <tessel/core/ptx.hpp>
 #include <tessel/kernels/rows.cuh>
 
 #include "../runtime/launch.hpp"
@@ -31,9 +32,24 @@ struct MaxSum {
     C max;
     C sum;
 };
-template <class C, bool Log>
+// Rounded: the output is rounded to 16 bits or fewer (bf16, half, fp8), and exp(d) is taken as
+// (2^(d log2(e) / 2))^2 by the approximate exp2 (ptx::ex2_approx_ftz): 3 SASS instructions and no
+// predicate where expf takes 9 (docs/kernels.md). Halving keeps the approximate exp2's input and
+// result normal down to d = -174, so a result below float's normal range (bf16 has the same) is
+// formed by the square, as expf forms it. Relative error at most |d| 2^-24 + 4 ulp (5.4e-6 at
+// d = -87): 45 times below half a unit in the last place of half (2^-12), the finest such output.
+template <class C, bool Log, bool Rounded = false>
 struct SoftmaxRow {
+    static_assert(!Rounded || std::is_same_v<C, float>, "the approximate exp is for float computation");
     using compute_t = C;
+    __host__ __device__ static C exp(C d) {
+        if constexpr (Rounded) {
+            const C half_power = ptx::ex2_approx_ftz(d * C(0.72134752044448170368));  // log2(e) / 2
+            return half_power * half_power;
+        } else {
+            return math::exp(d);
+        }
+    }
     using stats_t = MaxSum<C>;
     struct Prepared {
         C max, scale;  // softmax: exp(x - max) * scale, scale = 1 / sum; log: x - max - scale, scale = log(sum)
@@ -43,16 +59,16 @@ struct SoftmaxRow {
     // whose maximum is -inf (masked entries), where exp(-inf - -inf) would be NaN.
     __host__ __device__ stats_t combine(stats_t a, stats_t b) const {
         const C m = Maximum{}(a.max, b.max);
-        const C sa = a.max == m ? a.sum : a.sum * math::exp(a.max - m);
-        const C sb = b.max == m ? b.sum : b.sum * math::exp(b.max - m);
+        const C sa = a.max == m ? a.sum : a.sum * exp(a.max - m);
+        const C sb = b.max == m ? b.sum : b.sum * exp(b.max - m);
         return {m, sa + sb};
     }
     // One exp per element: only a new maximum rescales the running sum. NaN fails both comparisons
     // and makes the sum NaN; a row of only -inf ends as {-inf, n}, whose outputs are NaN (as PyTorch's).
     __host__ __device__ stats_t accumulate(stats_t s, C x) const {
-        if (x > s.max) return {x, s.sum * math::exp(s.max - x) + C(1)};
+        if (x > s.max) return {x, s.sum * exp(s.max - x) + C(1)};
         if (x == s.max) return {s.max, s.sum + C(1)};
-        return {s.max, s.sum + math::exp(x - s.max)};
+        return {s.max, s.sum + exp(x - s.max)};
     }
     // A +inf maximum makes x - max NaN or -inf for every entry: the whole row is NaN, as in PyTorch.
     __host__ __device__ Prepared finish(stats_t s, std::int64_t) const {
@@ -60,20 +76,20 @@ struct SoftmaxRow {
         return {s.max, Log ? math::log(sum) : C(1) / sum};
     }
     __host__ __device__ C apply(const Prepared& p, C x, std::int64_t) const {
-        return Log ? x - p.max - p.scale : math::exp(x - p.max) * p.scale;
+        return Log ? x - p.max - p.scale : exp(x - p.max) * p.scale;
     }
     // The row in registers (kernels::rows_per_warp): the maximum first, then exp(x - max) once per
     // element for the sum, kept for the output (softmax) or not needed by it (log_softmax). NaN or
     // +inf anywhere, or a row of only -inf, make x - max NaN for some element, so the sum and the
     // whole row NaN, as above.
     static constexpr bool output_from_exp = !Log;
-    __host__ __device__ C shifted_exp(C x, C max) const { return math::exp(x - max); }
+    __host__ __device__ C shifted_exp(C x, C max) const { return exp(x - max); }
     __host__ __device__ Prepared finish_max_sum(C max, C sum) const { return {max, Log ? math::log(sum) : C(1) / sum}; }
     __host__ __device__ C apply_shifted(const Prepared& p, C v) const { return Log ? v - p.max - p.scale : v * p.scale; }
     // The cached block and cluster paths keep e = exp(x - local) for a slice whose maximum is `local`
     // (softmax only): exp(x - max) / sum = e * (exp(local - max) / sum), one exp per slice. A slice of
     // only -inf has e = 0 and a factor of 0; a row of only -inf, a factor of NaN.
-    __host__ __device__ Prepared finish_rebased(C max, C sum, C local) const { return {max, math::exp(local - max) / sum}; }
+    __host__ __device__ Prepared finish_rebased(C max, C sum, C local) const { return {max, exp(local - max) / sum}; }
 };
 
 // (x - mean) / sqrt(var + eps) * weight + bias, population variance (Welford).
@@ -128,6 +144,9 @@ namespace detail {
 
 template <class T>
 using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+// Whether row outputs of T keep at most 16 bits (softmax's cheaper exp is exact enough for them).
+template <class T>
+inline constexpr bool rounds_to_16_bits = sizeof(T) <= 2;
 
 // How many clusters of `size` blocks of Kernel, each with `threads` threads and `bytes` of dynamic
 // shared memory, the device runs at once (0: none fit), asked once per device and configuration.
@@ -272,13 +291,13 @@ namespace tessel {
 template <Element T>
 Tensor<T> softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
                   std::source_location site = std::source_location::current()) {
-    return ops::detail::normalize_rows("softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, false>{}, stream, site);
+    return ops::detail::normalize_rows("softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, false, ops::detail::rounds_to_16_bits<T>>{}, stream, site);
 }
 // x - max - log(sum(exp(x - max))) along `axis`.
 template <Element T>
 Tensor<T> log_softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
                       std::source_location site = std::source_location::current()) {
-    return ops::detail::normalize_rows("log_softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, true>{}, stream, site);
+    return ops::detail::normalize_rows("log_softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, true, ops::detail::rounds_to_16_bits<T>>{}, stream, site);
 }
 // Layer normalisation over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
 template <Element T>

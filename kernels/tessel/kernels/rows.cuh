@@ -126,8 +126,9 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[k * V + j] = ops::cast<C>(p.v[j]);
             } else {
+                // Softmax pads with -inf: the maximum ignores it and its exp(x - max) is 0.
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[k * V + j] = C(0);
+                for (int j = 0; j < V; ++j) v[k * V + j] = shifted_exp_op<Op> ? -std::numeric_limits<C>::infinity() : C(0);
             }
         }
         T* y = out + std::int64_t(row) * cols + lane * V;
@@ -143,17 +144,24 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
             }
         };
         if constexpr (shifted_exp_op<Op>) {
+            // The maximum ignores NaN (one instruction per element, not three): a NaN still makes
+            // its own exp(x - max), so the sum and the whole row, NaN. Both loops skip only what
+            // is outside the row for the whole warp (a uniform test, not a predicate per lane and
+            // element, which pressed the 1-element instantiations into spilling); a lane's slots
+            // past the row's end hold -inf, whose exp(x - max) is 0 unless max is -inf, a row of
+            // only -inf (or NaN) that is NaN as it is.
+            auto warp_in_row = [&](int k) { return k * 32 * V < n; };
             C m = -std::numeric_limits<C>::infinity();
 #pragma unroll
             for (int k = 0; k < vectors; ++k)
-                if (in_row(k))
+                if (warp_in_row(k))
 #pragma unroll
-                    for (int j = 0; j < V; ++j) m = ops::Maximum{}(m, v[k * V + j]);
-            m = warp_all(ops::Maximum{}, m);
+                    for (int j = 0; j < V; ++j) m = ops::math::fmax(m, v[k * V + j]);
+            m = warp_all([](C a, C b) { return ops::math::fmax(a, b); }, m);
             C sum = 0;
 #pragma unroll
             for (int k = 0; k < vectors; ++k)
-                if (in_row(k))
+                if (warp_in_row(k))
 #pragma unroll
                     for (int j = 0; j < V; ++j) {
                         const C e = op.shifted_exp(v[k * V + j], m);
@@ -240,7 +248,7 @@ __device__ typename Op::stats_t fold_group(const Op& op, typename Op::stats_t s,
         // Only -inf so far: nothing to add (exp(-inf - -inf) would be NaN). A row of only -inf ends
         // as {-inf, 0}, whose outputs are NaN, as PyTorch's; NaN or +inf make the sum NaN.
         if (m == -std::numeric_limits<C>::infinity()) return s;
-        C sum = s.max == m ? s.sum : s.sum * ops::math::exp(s.max - m);
+        C sum = s.max == m ? s.sum : s.sum * op.shifted_exp(s.max, m);
         for (int u = 0; u < count; ++u)
 #pragma unroll
             for (int j = 0; j < V; ++j) sum += op.shifted_exp(ops::cast<C>(p[u].v[j]), m);
