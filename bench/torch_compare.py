@@ -120,6 +120,20 @@ def problems(dev="cuda", shrink=1):
         out.append((f"BM_layer_norm/{{impl}}/{named}/manual_time", 8.0 * rows * cols, lambda shape=shape: (randn(*shape) * 4,),
                     lambda x, w=w, b=b, cols=cols: F.layer_norm(x, (cols,), w, b, 1e-5),
                     lambda x, w=w, b=b, cols=cols: F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)))
+    for named in (1024, 32768):  # bf16 rows: the warp path (1024) and a block or cluster path
+        cols = dim(named)
+        rows = max(1, total // cols)
+        shape = (rows, cols)
+        bf16 = torch.bfloat16
+        w = torch.full((cols,), 1.5, device=dev, dtype=bf16)
+        b = torch.full((cols,), 0.25, device=dev, dtype=bf16)
+        out.append((f"BM_softmax_bf16/{{impl}}/{named}/manual_time", 4.0 * rows * cols,
+                    lambda shape=shape: (randn(*shape, dtype=bf16) * 4,),
+                    lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1)))
+        out.append((f"BM_layer_norm_bf16/{{impl}}/{named}/manual_time", 4.0 * rows * cols,
+                    lambda shape=shape: (randn(*shape, dtype=bf16) * 4,),
+                    lambda x, w=w, b=b, cols=cols: F.layer_norm(x, (cols,), w, b, 1e-5),
+                    lambda x, w=w, b=b, cols=cols: F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)))
     # Matrix products (bytes: the three matrices once; the report pairs by name and time).
     for tag, dt, size in (("bf16", torch.bfloat16, 2), ("f32", torch.float32, 4)):
         mm = dim(4096)

@@ -261,13 +261,15 @@ TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every pa
         check_reduction("argmax", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return argmax(t, a, k); }, first_of(true), exact);
         check_reduction("argmin", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return argmin(t, a, k); }, first_of(false), exact);
     }
-    // Rows of only -inf (argmax 0) and only +inf (argmin 0), through the vector and the strided paths.
+    // Rows of only -inf (argmax 0) and only +inf (argmin 0), through the vector, one-at-a-time and
+    // column paths.
     for (std::int64_t n : {1, 7, 8, 33, 1024}) {
         for (double fill : {-inf, inf}) {
             const auto row = full<T>({3, n}, ops::cast<T>(fill));
             const auto got = (fill < 0 ? argmax(row, {1}) : argmin(row, {1})).to_vector();
             CHECK(got == std::vector<std::int64_t>(3, 0));
-            const auto col = (fill < 0 ? argmax(row.transpose(0, 1), {0}) : argmin(row.transpose(0, 1), {0})).to_vector();
+            const auto column = full<T>({n, 3}, ops::cast<T>(fill));  // the column kernel
+            const auto col = (fill < 0 ? argmax(column, {0}) : argmin(column, {0})).to_vector();
             CHECK(col == std::vector<std::int64_t>(3, 0));
         }
     }
@@ -280,7 +282,7 @@ TEST_CASE("var of equal values near the type's largest is 0 in every path", "[op
     for (std::int64_t n : {3, 4, 8, 1000, 1003}) {
         const auto x = full<float>({2, n}, big);
         for (float v : var(x, {1}).to_vector()) CHECK(v == 0.f);
-        for (float v : var(x.transpose(0, 1), {0}).to_vector()) CHECK(v == 0.f);
+        for (float v : var(full<float>({n, 3}, big), {0}).to_vector()) CHECK(v == 0.f);  // the column kernel
         CHECK(var(x).item() == 0.f);
     }
 }
@@ -378,9 +380,25 @@ TEMPLATE_TEST_CASE("var and std of values holding an infinity are NaN whatever t
         CHECK(std::isnan(double(per_row[1])));
         CHECK(std::fabs(double(per_row[2]) - 4.0 / double(n)) <= 1e-5 * 4.0 / double(n));
     }
-    // Finite values whose spread overflows T: inf, as torch's (not NaN: no value is infinite).
+    // Finite values whose spread overflows T: inf, as torch's (not NaN: no value is infinite), also
+    // where groups whose means are far apart merge (their difference overflows) before later ones.
     const T big = std::numeric_limits<T>::max() * T(0.9);
     CHECK(std::isinf(double(var(from_host<T>({big, -big, big}, {3})).item())));
+    for (std::int64_t n : {16, 17, 1025, 4096}) {
+        std::vector<T> v(std::size_t(n), T(0));
+        for (std::int64_t i = 0; i < n; ++i) {
+            if (n < 100) v[std::size_t(i)] = i < 4 ? -big : i < 8 ? big : T(0);
+            else v[std::size_t(i)] = i % 2 ? big : -big;
+        }
+        INFO("n = " << n);
+        CHECK(std::isinf(double(var(from_host<T>(std::span<const T>(v), Shape{n})).item())));
+        std::vector<T> rows(v);
+        rows.insert(rows.end(), v.begin(), v.end());
+        for (double r : var(from_host<T>(std::span<const T>(rows), Shape{2, n}), {1}).to_vector()) CHECK(std::isinf(r));
+        std::vector<T> columns;  // [n, 2]: the column kernel
+        for (T e : v) columns.insert(columns.end(), {e, e});
+        for (double c : var(from_host<T>(std::span<const T>(columns), Shape{n, 2}), {0}).to_vector()) CHECK(std::isinf(c));
+    }
 }
 
 // Host values of an expression, computed in double from the inputs' host copies, as an Input whose

@@ -113,9 +113,10 @@ TEST_CASE("softmax of masked rows, all -inf rows and NaN", "[ops][rows]") {
 
 // The warp path's special values in every element type and lane layout: rows shorter than a warp
 // (33: one lane holds a second element), lengths that leave some lanes a slot past the row's end
-// (40, 300: padded with -inf there), 16-byte vectors (1032 floats, 1024 bf16) and one element at a
-// time (1001). Reduced types compute their exp by the approximate exp2 (ops/rows.hpp).
-TEMPLATE_TEST_CASE("softmax of masked rows, all -inf rows and NaN in every type on the warp path", "[ops][rows]", float, __nv_bfloat16,
+// (40, 300: padded with -inf there), 16-byte vectors (1000 floats; 1024 in every type) and one
+// element at a time (1001), and 1032, past the warp path (the block path). Reduced types compute
+// their exp by the approximate exp2 (ops/rows.hpp).
+TEMPLATE_TEST_CASE("softmax of masked rows, all -inf rows and NaN in every type, mostly on the warp path", "[ops][rows]", float, __nv_bfloat16,
                    __half) {
     using T = TestType;
     const double rtol = std::is_same_v<T, float> ? 1e-5 : std::is_same_v<T, __half> ? 2e-3 : 8e-3;

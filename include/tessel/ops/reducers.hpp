@@ -175,7 +175,11 @@ struct VarianceReducer {
         if (b.count == 0) return a;
         const std::int64_t n = a.count + b.count;
         const F delta = b.mean - a.mean, wb = F(b.count) / F(n);
-        return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
+        // Means far apart (near +-3e38) overflow delta: the merged mean is then their weighted sum,
+        // which cannot overflow (a mean of inf would turn the next merge's deviation into NaN),
+        // while the squared deviations take the inf that is the answer.
+        const F mean = delta - delta == F(0) ? a.mean + delta * wb : (a.mean - a.mean * wb) + b.mean * wb;
+        return {mean, a.m2 + b.m2 + delta * delta * F(a.count) * wb, n};
     }
     // N elements at once (a thread's next vector, or its next N strided elements): their own mean
     // and squared deviations in registers, then one merge, where N loads and combines paid N

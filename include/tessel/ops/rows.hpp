@@ -36,8 +36,10 @@ struct MaxSum {
 // (2^(d log2(e) / 2))^2 by the approximate exp2 (ptx::ex2_approx_ftz): 3 SASS instructions and no
 // predicate where expf takes 9 (docs/kernels.md). Halving keeps the approximate exp2's input and
 // result normal down to d = -174, so a result below float's normal range (bf16 has the same) is
-// formed by the square, as expf forms it. Relative error at most |d| 2^-24 + 4 ulp (5.4e-6 at
-// d = -87): 45 times below half a unit in the last place of half (2^-12), the finest such output.
+// formed by the square, as expf forms it. Relative error at most 1.2e-7 |d| + 5.4e-7 (the
+// constant's and the product's roundings doubled by the square, 2 ulp of exp2 doubled, the
+// square's rounding): 1.1e-5 at d = -87, where exp underflows, 22 times below half a unit in the
+// last place of half (2^-12 at its finest), the finest such output.
 template <class C, bool Log, bool Rounded = false>
 struct SoftmaxRow {
     static_assert(!Rounded || std::is_same_v<C, float>, "the approximate exp is for float computation");
