@@ -235,7 +235,8 @@ TEMPLATE_TEST_CASE("amax, amin, argmax, argmin are exact; prod; all and any", "[
 // Values drawn from {NaN, -inf, -1, 0, 1, inf} (NaN rare), so every output has ties, most hold
 // infinities and some a NaN, placed anywhere within a vector load or a thread's group of strided
 // elements: argmax and argmin follow torch (a NaN is the extremum, the first of ties wins).
-TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every path", "[ops][reduce]", float, __nv_bfloat16, double) {
+TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every path", "[ops][reduce][slow_under_tsan]", float, __nv_bfloat16,
+                   double) {
     using T = TestType;
     const double inf = std::numeric_limits<double>::infinity();
     auto first_of = [](bool max) {
