@@ -146,9 +146,9 @@ namespace detail {
 
 template <class T>
 using row_compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-// Whether row outputs of T keep at most 16 bits (softmax's cheaper exp is exact enough for them).
-template <class T>
-inline constexpr bool rounds_to_16_bits = sizeof(T) <= 2;
+// softmax (Log false) or log_softmax of rows of T: the cheaper exp where outputs keep at most 16 bits.
+template <class T, bool Log>
+using softmax_row_t = SoftmaxRow<row_compute_t<T>, Log, (sizeof(T) <= 2)>;
 
 // How many clusters of `size` blocks of Kernel, each with `threads` threads and `bytes` of dynamic
 // shared memory, the device runs at once (0: none fit), asked once per device and configuration.
@@ -293,13 +293,13 @@ namespace tessel {
 template <Element T>
 Tensor<T> softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
                   std::source_location site = std::source_location::current()) {
-    return ops::detail::normalize_rows("softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, false, ops::detail::rounds_to_16_bits<T>>{}, stream, site);
+    return ops::detail::normalize_rows("softmax", x, axis, ops::detail::softmax_row_t<T, false>{}, stream, site);
 }
 // x - max - log(sum(exp(x - max))) along `axis`.
 template <Element T>
 Tensor<T> log_softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
                       std::source_location site = std::source_location::current()) {
-    return ops::detail::normalize_rows("log_softmax", x, axis, ops::SoftmaxRow<ops::detail::row_compute_t<T>, true, ops::detail::rounds_to_16_bits<T>>{}, stream, site);
+    return ops::detail::normalize_rows("log_softmax", x, axis, ops::detail::softmax_row_t<T, true>{}, stream, site);
 }
 // Layer normalisation over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
 template <Element T>
