@@ -247,7 +247,14 @@ def template_args(demangled):
 
 
 def element_type(demangled):
-    """The kernel's element: the first scalar type named among its template arguments."""
+    """The kernel's element: its first template argument that is a scalar type, short of the last
+    (a kernel's index type comes last), as rows_per_block<8, false, SoftmaxRow<float, ...>,
+    __nv_bfloat16, unsigned>; else the first scalar type named anywhere among them, as
+    reduce<..., SumReducer<__half>, TensorSource<__half, unsigned>, unsigned>."""
+    sizes = dict(SCALARS)
+    top = [a for a in template_args(demangled)[:-1] if a in sizes]
+    if top:
+        return top[0], sizes[top[0]]
     best = None
     for name, size in SCALARS:
         m = re.search(r"(?<![\w])" + re.escape(name) + r"(?![\w])", demangled[demangled.index("<"):])

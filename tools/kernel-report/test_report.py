@@ -3,7 +3,8 @@
 budget check passes within budget and fails, naming the kernel, when each kind of budget is broken
 (registers, a spill or a stack frame in a hot kernel, narrow loads under 'wide', a main loop over
 'mainloop', a kernel without a budget); the loop finder counts a grid-stride loop and skips
-out-of-line code that jumps back, and notes a fast loop beside a general one; a matrix product's main loop is its mma loop, not its epilogue's."""
+out-of-line code that jumps back, and notes a fast loop beside a general one; a matrix product's main loop is its mma loop, not its epilogue's; a kernel's element is its element
+argument, not a type inside its operation's."""
 import os
 import subprocess
 import sys
@@ -133,7 +134,15 @@ expect("main loop over 'mainloop'", rc, 1, out, "main loop issues 3.00 instructi
 rc, out, _ = run("// budget: threads 128, regs 64", ptxas(40), sass(wide))
 expect("an unreadable budget", rc, 1, out, "cannot read budget item 'regs 64'")
 
+sys.path.insert(0, HERE)
+import report  # noqa: E402
+for name, want in [("void k::rows<8, false, k::SoftmaxRow<float, false, true>, __nv_bfloat16, unsigned int>(int)", "__nv_bfloat16"),
+                   ("void k::reduce<256, 4, k::SumReducer<__half>, k::TensorSource<__half, unsigned int>, unsigned int>(int)", "__half"),
+                   ("void k::convert<signed char, float, 4>(int)", "signed char")]:
+    if report.element_type(name)[0] != want:
+        failures.append(f"element of {name}: {report.element_type(name)[0]}, expected {want}")
+
 if failures:
     print("\n\n".join(failures))
     sys.exit(1)
-print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, mainloop, missing, unreadable), loops (a fast one beside a general one), main loops and occupancy: all as expected")
+print("kernel report self-test: budgets within and over (registers, hot spill and stack, wide, mainloop, missing, unreadable), loops (a fast one beside a general one), main loops, occupancy and element types: all as expected")
