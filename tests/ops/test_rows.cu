@@ -251,7 +251,13 @@ TEST_CASE("softmax of 2^31 logits (GPU only)", "[ops][rows][large]") {
 TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slow_under_tsan]") {
     for (std::int64_t cols : {470001, 470004}) {
         INFO("cols " << cols);
-        auto [x, xv] = random_rows<float>({2, cols}, 5, -10, 10);
+        // Row 1 of 470001 starts 4 bytes past 16: its first 3 and last 2 elements are edges (taken one
+        // per thread beside the vectors); its maximum sits on the first, and 25 on the last.
+        auto v = testing::random_host<float>(std::size_t(2 * cols), 5, -10, 10);
+        v.data()[cols] = 30.0f;
+        v.data()[2 * cols - 1] = 25.0f;
+        std::vector<double> xv(v.data(), v.data() + v.n);
+        const auto x = from_host<float>(v.span(), {2, cols});
         poison_next<float>({2, cols});
         compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
         auto [w, wv] = random_rows<float>({cols}, 6, 0.5, 1.5);
@@ -282,6 +288,73 @@ TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slo
         // absolute, with the statistics' error on top.
         compare(layer_norm(z), want, 5e-5, 1e-5, "layer_norm");
         if (backend == Backend::sim) CHECK_THAT(testing::last_kernel(), Catch::Contains("rows_per_block"));
+    }
+}
+
+// Rows of any length on the block and cluster paths move 16 bytes at a time: each row's aligned
+// middle as vectors, the fewer than 16 / sizeof(T) elements before and after it one per thread
+// (kernels/rows.cuh RowSpan). Odd lengths put consecutive rows at every offset within 16 bytes
+// (9 rows); the special values sit on those edge elements: the row's maximum, NaN, +inf, -inf
+// (all but one edge element -inf), so that an edge that missed the statistics or the output would
+// show. An input starting 1 element off 16 bytes (its rows' offsets differ from the output's)
+// falls back to one element at a time; one starting 16 bytes in keeps the vectors. layer_norm's
+// weight and bias show that edge and vector elements take their own columns' parameters.
+TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors on the block and cluster paths", "[ops][rows][slow_under_tsan]",
+                   float, __nv_bfloat16, __half) {
+    using T = TestType;
+    constexpr int V = int(16 / sizeof(T));
+    // Tolerances as in the cases above: float 1e-5 relative; bf16 / float16 one output rounding.
+    constexpr bool half = std::is_same_v<T, __half>, fp32 = std::is_same_v<T, float>;
+    const double rtol = fp32 ? 1e-5 : half ? 2e-3 : 8e-3;
+    const double ln_atol = fp32 ? 2e-5 : half ? 5e-3 : 3e-2;
+    const std::int64_t rows = 9;
+    // 1025: the block path; 50257 (a vocabulary): cached in one block (float: 201 KB); 120001: a
+    // cluster for every type (bf16 rows over 227 KiB).
+    for (std::int64_t cols : {std::int64_t(1025), std::int64_t(50257), std::int64_t(120001)}) {
+        for (std::int64_t offset : {std::int64_t(0), std::int64_t(1), std::int64_t(V)}) {
+            INFO("cols " << cols << ", input " << offset << " elements into its buffer");
+            auto values = testing::random_host<T>(std::size_t(rows * cols + offset), std::uint64_t(cols + offset), -10, 10);
+            T* h = values.data() + offset;
+            auto at = [&](std::int64_t r, std::int64_t c) -> T& { return h[r * cols + c]; };
+            at(0, 0) = convert<T>(30.0);            // row 0: its maximum on the first element
+            at(1, cols - 1) = convert<T>(30.0);     // row 1: on the last
+            at(2, 1) = convert<T>(NAN);             // row 2: NaN in the head (or the first vector)
+            at(3, cols - 2) = convert<T>(INFINITY); // row 3: +inf in the tail
+            for (std::int64_t c = 0; c < cols; ++c) at(4, c) = convert<T>(-INFINITY);
+            at(4, cols - 1) = convert<T>(2.0);      // row 4: all -inf but the last element
+            at(5, 0) = convert<T>(-INFINITY);       // row 5: -inf on both ends
+            at(5, cols - 1) = convert<T>(-INFINITY);
+            std::vector<double> xv(std::size_t(rows * cols));
+            for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = convert<double>(h[i]);
+            const auto buffer = from_host<T>(values.span(), {rows * cols + offset});
+            const auto x = buffer.narrow(0, offset, rows * cols).view({rows, cols});
+            (void)full<T>({rows, cols}, convert<T>(7.0));  // poisons the output's block; 7 is no output here
+            compare(softmax(x), softmax_ref(xv, cols, false), half ? 6e-8 : 1e-30, rtol, "softmax");
+            if (backend == Backend::sim) {
+                const std::string want = (cols == 120001 ? "rows_per_cluster<" : "rows_per_block<") + std::to_string(offset % V ? 1 : V) + ",";
+                CHECK_THAT(testing::last_kernel(), Catch::Contains(want));
+            }
+            (void)full<T>({rows, cols}, convert<T>(7.0));
+            compare(log_softmax(x), softmax_ref(xv, cols, true), fp32 ? 2e-5 : half ? 0.02 : 0.1, rtol, "log_softmax");
+            // layer_norm with weight and bias, on finite rows at the same offsets (mean far from 0).
+            auto finite = testing::random_host<T>(std::size_t(rows * cols + offset), std::uint64_t(cols + offset + 1), 3, 7);
+            const auto z = from_host<T>(finite.span(), {rows * cols + offset}).narrow(0, offset, rows * cols).view({rows, cols});
+            auto [w, wv] = random_rows<T>({cols}, 102, 0.5, 1.5);
+            auto [b, bv] = random_rows<T>({cols}, 103, -1, 1);
+            std::vector<double> want(std::size_t(rows * cols));
+            for (std::size_t r = 0; r < std::size_t(rows); ++r) {
+                const T* row = finite.data() + offset + r * std::size_t(cols);
+                long double m = 0, var = 0;
+                for (std::int64_t k = 0; k < cols; ++k) m += convert<double>(row[k]);
+                m /= cols;
+                for (std::int64_t k = 0; k < cols; ++k) var += (convert<double>(row[k]) - m) * (convert<double>(row[k]) - m);
+                const double rstd = 1 / std::sqrt(double(var / cols) + 1e-5);
+                for (std::int64_t k = 0; k < cols; ++k)
+                    want[r * std::size_t(cols) + std::size_t(k)] = (convert<double>(row[k]) - double(m)) * rstd * wv[std::size_t(k)] + bv[std::size_t(k)];
+            }
+            (void)full<T>({rows, cols}, convert<T>(7.0));
+            compare(layer_norm(z, w, b), want, ln_atol, rtol, "layer_norm with weight and bias");
+        }
     }
 }
 

@@ -218,7 +218,11 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     using I = std::uint32_t;
     DeviceGuard guard(device);
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
-    const bool vector = V > 1 && cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16);
+    // 16-byte accesses: the warp path's rows must be aligned and a multiple of V long; the block
+    // and cluster paths take each row's aligned middle as vectors and its ends one element per
+    // thread, so only input and output rows must share their offset within 16 bytes.
+    const bool vector = V > 1 && (cols <= 1024 ? cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16)
+                                               : (reinterpret_cast<std::uintptr_t>(in.data()) - reinterpret_cast<std::uintptr_t>(out.data())) % 16 == 0);
     // Rows beyond one block's shared memory: a cluster of 2, 4 or 8 blocks (the fewest whose shared
     // memory holds the row) on devices with clusters (sm_90+); false if none fits or can be scheduled.
     auto try_cluster = [&]<int W>() {

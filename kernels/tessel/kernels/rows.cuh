@@ -10,9 +10,11 @@
 // Softmax and layer_norm take their statistics in exact phases over values already on chip (the
 // maximum, then one exp per element; the mean, then centred squares), not by per-element online
 // updates; the two-read path folds groups of 4 vectors the same way (fold_group).
-// V > 1 moves V elements per 16-byte load and store (the host checks that rows are aligned and a
-// multiple of V long). Statistics combine in an order fixed by the shape and alignment (which
-// choose V and the block size), never by timing.
+// V > 1 moves V elements per 16-byte load and store. On the warp path the host checks that rows are
+// aligned and a multiple of V long; the block and cluster paths take any row whose input and output
+// share their offset within 16 bytes: the row's aligned middle in vectors, the fewer than V elements
+// before and after it one per thread (RowSpan, RowEdge). Statistics combine in an order fixed by the
+// shape and alignment (which choose V, the block size and each row's span), never by timing.
 #pragma once
 
 #include <cstddef>
@@ -213,6 +215,42 @@ struct SumOf {
     __device__ C combine(C a, C b) const { return a + b; }
 };
 
+// Where a row's 16-byte vectors lie: `head` elements up to the first 16-byte boundary, `vectors`
+// whole vectors of V, then `tail` elements (head and tail under V; with V == 1 all of the row is
+// "vectors"). A vocabulary of 50257 bf16 logits is read 16 bytes at a time but for at most 14 of
+// them, whatever the row's offset.
+template <class I>
+struct RowSpan {
+    I head, vectors, tail;
+};
+template <int V, class T, class I>
+__device__ RowSpan<I> row_span(const T* row, I cols) {
+    if constexpr (V == 1) {
+        return {I(0), cols, I(0)};
+    } else {
+        const I misaligned = I((reinterpret_cast<std::uintptr_t>(row) % 16) / sizeof(T));
+        const I head = misaligned == 0 ? I(0) : I(V) - misaligned < cols ? I(V) - misaligned : cols;
+        const I vectors = (cols - head) / I(V);
+        return {head, vectors, cols - head - vectors * I(V)};
+    }
+}
+
+// The element outside a row's vectors that a thread keeps through the phases: thread t < head +
+// tail takes column t of the head, or element t - head of the tail. `value` is x, and after the
+// sum of a softmax that keeps its exps (keeps_exp), exp(x - slice maximum).
+template <class C, class I>
+struct RowEdge {
+    C value = C(0);
+    I column = I(0);
+    bool present = false;
+};
+template <int V, class C, class T, class I>
+__device__ RowEdge<C, I> load_edge(const T* row, RowSpan<I> span, I t) {
+    if (t >= span.head + span.tail) return {};
+    const I column = t < span.head ? t : t + span.vectors * I(V);
+    return {ops::cast<C>(row[column]), column, true};
+}
+
 // Calls visit(p, count, k, stride) for the vectors src[k], src[k + stride], ... (count of them) that
 // thread t of `threads` takes among src[0, n): Unroll vectors a group, all loaded before visit sees
 // any, then the remainder one at a time.
@@ -287,9 +325,10 @@ inline constexpr bool keeps_exp = [] {
     else return false;
 }();
 
-// The statistics of the slice src[0, n) of a row (n vectors of V elements), which every thread of
-// the block gets, with the slice kept at cache[0, n) (read from global memory once). The phases meet
-// in block_combine; each thread reads back only the vectors it stored, so the cache needs no barrier.
+// The statistics of the slice src[0, n) of a row (n vectors of V elements) and of the threads' edge
+// elements (`edges` of them in the block, each kept by its thread), which every thread of the block
+// gets, with the slice kept at cache[0, n) (read from global memory once). The phases meet in
+// block_combine; each thread reads back only the vectors it stored, so the cache needs no barrier.
 //   softmax:    the slice's maximum M while loading, then exp(x - M) once per element from the cache
 //               (kept over x where keeps_exp): {M, sum}; a slice of only -inf gives {-inf, 0};
 //   layer_norm: the slice's mean, then its centred squares: {mean, m2, count} (exact, no division
@@ -297,14 +336,15 @@ inline constexpr bool keeps_exp = [] {
 //   others:     accumulate.
 template <class Op, class P, class I>
 __device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __restrict__ src, P* cache, I n, I t, I threads,
-                                                   typename Op::stats_t* across_warps) {
+                                                   typename Op::stats_t* across_warps, RowEdge<typename Op::compute_t, I>& edge,
+                                                   I edges) {
     using C = typename Op::compute_t;
     using S = typename Op::stats_t;
     using T = typename P::value_type;
     constexpr int V = P::lanes;
     C* scalars = reinterpret_cast<C*>(across_warps);  // 32 C fit in 32 S
     if constexpr (shifted_exp_op<Op>) {
-        C m = -std::numeric_limits<C>::infinity();
+        C m = edge.present ? edge.value : -std::numeric_limits<C>::infinity();
         visit_vectors<4>(src, n, t, threads, [&](const P* p, int count, I k, I stride) {
             for (int u = 0; u < count; ++u) {
                 cache[k + I(u) * stride] = p[u];
@@ -316,6 +356,10 @@ __device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __rest
         // A slice of only -inf (masked) contributes e = 0, not exp(-inf - -inf) = NaN.
         const bool any = m != -std::numeric_limits<C>::infinity();
         C sum = 0;
+        if (edge.present) {
+            sum = any ? op.shifted_exp(edge.value, m) : C(0);
+            if constexpr (keeps_exp<Op, T>) edge.value = sum;
+        }
         visit_vectors<4>(static_cast<const P*>(cache), n, t, threads, [&](const P* p, int count, I k, I stride) {
             for (int u = 0; u < count; ++u) {
                 P e;
@@ -333,8 +377,8 @@ __device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __rest
         s.sum = block_combine(SumOf<C>{}, sum, scalars);
         return s;
     } else if constexpr (centered_op<Op>) {
-        if (n == 0) return op.identity();  // a cluster's last slice can be empty
-        C total = 0;
+        if (n == 0 && edges == 0) return op.identity();  // a cluster's last slice can be empty
+        C total = edge.present ? edge.value : C(0);
         visit_vectors<4>(src, n, t, threads, [&](const P* p, int count, I k, I stride) {
             for (int u = 0; u < count; ++u) {
                 cache[k + I(u) * stride] = p[u];
@@ -342,9 +386,9 @@ __device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __rest
                 for (int j = 0; j < V; ++j) total += ops::cast<C>(p[u].v[j]);
             }
         });
-        const std::int64_t elements = std::int64_t(n) * V;
+        const std::int64_t elements = std::int64_t(n) * V + edges;
         const C mean = block_combine(SumOf<C>{}, total, scalars) / C(elements);
-        C squares = 0;
+        C squares = edge.present ? (edge.value - mean) * (edge.value - mean) : C(0);
         visit_vectors<4>(static_cast<const P*>(cache), n, t, threads, [&](const P* p, int count, I, I) {
             for (int u = 0; u < count; ++u)
 #pragma unroll
@@ -355,7 +399,8 @@ __device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __rest
         });
         return S{mean, block_combine(SumOf<C>{}, squares, scalars), elements};
     } else {
-        S s = op.identity();
+        (void)edges;
+        S s = edge.present ? op.accumulate(op.identity(), edge.value) : op.identity();
         visit_vectors<4>(src, n, t, threads, [&](const P* p, int count, I k, I stride) {
             for (int u = 0; u < count; ++u) cache[k + I(u) * stride] = p[u];
             s = fold_group(op, s, p, count);
@@ -364,21 +409,24 @@ __device__ typename Op::stats_t cached_slice_stats(const Op& op, const P* __rest
     }
 }
 
-// Writes the output of vectors [begin, begin + n) of a row from the slice's cache, given the row's
-// statistics `all` and the slice's own `local` (where the cache holds exp(x - local.max), the
+// Writes the output of vectors [begin, begin + n) of a row's vectors y (its column head + k * V
+// for vector k) from the slice's cache, and the thread's edge element into the row yr, given the
+// row's statistics `all` and the slice's own `local` (where the cache holds exp(x - local.max), the
 // output rescales it: one exp per element in all).
 template <class Op, class P, class S, class I>
 __device__ void write_cached_slice(const Op& op, const S& all, const S& local, const P* cache, P* __restrict__ y, I begin, I n, I t,
-                                   I threads, I cols) {
+                                   I threads, I cols, I head, typename P::value_type* yr,
+                                   const RowEdge<typename Op::compute_t, I>& edge) {
     using C = typename Op::compute_t;
     using T = typename P::value_type;
     constexpr int V = P::lanes;
     auto write = [&](const auto& f, auto value) {
+        if (edge.present) yr[edge.column] = ops::cast<T>(value(f, edge.value, std::int64_t(edge.column)));
         for (I k = t; k < n; k += threads) {
             const P p = cache[k];
             P q;
 #pragma unroll
-            for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(value(f, ops::cast<C>(p.v[j]), std::int64_t(begin + k) * V + j));
+            for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(value(f, ops::cast<C>(p.v[j]), std::int64_t(head) + std::int64_t(begin + k) * V + j));
             y[begin + k] = q;
         }
     };
@@ -409,26 +457,36 @@ __global__ void __launch_bounds__(1024) rows_per_block(const T* __restrict__ in,
     using P = ops::Packed<T, V>;
     __shared__ S across_warps[rows_static_smem<Op> / sizeof(S)];
     TESSEL_DYNAMIC_SHARED(P, cache);
-    const I t = I(threadIdx.x), threads = I(blockDim.x), n = cols / I(V);
+    const I t = I(threadIdx.x), threads = I(blockDim.x);
     for (I row = blockIdx.x; row < rows; row += gridDim.x) {
-        const P* x = reinterpret_cast<const P*>(in + std::int64_t(row) * cols);
-        P* y = reinterpret_cast<P*>(out + std::int64_t(row) * cols);
+        const T* xr = in + std::int64_t(row) * cols;
+        T* yr = out + std::int64_t(row) * cols;
+        const RowSpan<I> span = row_span<V>(xr, cols);
+        const I n = span.vectors;
+        const P* x = reinterpret_cast<const P*>(xr + span.head);
+        P* y = reinterpret_cast<P*>(yr + span.head);
+        RowEdge<C, I> edge = load_edge<V, C>(xr, span, t);
         if constexpr (Cached) {
-            const S s = cached_slice_stats(op, x, cache, n, t, threads, across_warps);
-            write_cached_slice(op, s, s, static_cast<const P*>(cache), y, I(0), n, t, threads, cols);
+            const S s = cached_slice_stats(op, x, cache, n, t, threads, across_warps, edge, span.head + span.tail);
+            write_cached_slice(op, s, s, static_cast<const P*>(cache), y, I(0), n, t, threads, cols, span.head, yr, edge);
         } else {
             S s = op.identity();
+            if (edge.present) {
+                const ops::Packed<C, 1> e{{edge.value}};
+                s = fold_group(op, s, &e, 1);
+            }
             visit_vectors<4>(x, n, t, threads, [&](const P* p, int count, I, I) { s = fold_group(op, s, p, count); });
             s = block_combine(op, s, across_warps);
             const auto f = [&] {
                 if constexpr (shifted_exp_op<Op>) return op.finish_max_sum(s.max, s.sum);
                 else return op.finish(s, std::int64_t(cols));
             }();
+            if (edge.present) yr[edge.column] = ops::cast<T>(op.apply(f, edge.value, std::int64_t(edge.column)));
             for (I k = t; k < n; k += threads) {
                 const P p = x[k];
                 P q;
 #pragma unroll
-                for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(op.apply(f, ops::cast<C>(p.v[j]), std::int64_t(k) * V + j));
+                for (int j = 0; j < V; ++j) q.v[j] = ops::cast<T>(op.apply(f, ops::cast<C>(p.v[j]), std::int64_t(span.head) + std::int64_t(k) * V + j));
                 y[k] = q;
             }
         }
@@ -462,6 +520,7 @@ __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ i
     __trap();
 #else
     using S = typename Op::stats_t;
+    using C = typename Op::compute_t;
     using P = ops::Packed<T, V>;
     const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned blocks = cluster.num_blocks(), rank = cluster.block_rank();
@@ -470,12 +529,19 @@ __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ i
     S* published = across_warps + 32;  // [2], by row parity
     S* row_stats = across_warps + 34;
     P* cache = reinterpret_cast<P*>(smem + cluster_header_bytes<Op>);
-    const I t = I(threadIdx.x), threads = I(blockDim.x), n = cols / I(V);
-    const I begin = I(rank) * slice < n ? I(rank) * slice : n, end = begin + slice < n ? begin + slice : n;
+    const I t = I(threadIdx.x), threads = I(blockDim.x);
     unsigned parity = 0;
     for (I row = I(blockIdx.x) / I(blocks); row < rows; row += I(gridDim.x) / I(blocks), parity ^= 1u) {
-        const P* x = reinterpret_cast<const P*>(in + std::int64_t(row) * cols);
-        const S local = cached_slice_stats(op, x + begin, cache, end - begin, t, threads, across_warps);
+        const T* xr = in + std::int64_t(row) * cols;
+        T* yr = out + std::int64_t(row) * cols;
+        const RowSpan<I> span = row_span<V>(xr, cols);
+        const I n = span.vectors;
+        const I begin = I(rank) * slice < n ? I(rank) * slice : n, end = begin + slice < n ? begin + slice : n;
+        const P* x = reinterpret_cast<const P*>(xr + span.head);
+        // The row's edge elements are block 0's.
+        RowEdge<C, I> edge = rank == 0 ? load_edge<V, C>(xr, span, t) : RowEdge<C, I>{};
+        const S local = cached_slice_stats(op, x + begin, cache, end - begin, t, threads, across_warps, edge,
+                                           rank == 0 ? span.head + span.tail : I(0));
         if (t == 0) published[parity] = local;
         cluster.sync();
         if (t < 32) {
@@ -484,8 +550,8 @@ __global__ void __launch_bounds__(1024) rows_per_cluster(const T* __restrict__ i
             if (t == 0) *row_stats = s;
         }
         __syncthreads();
-        write_cached_slice(op, *row_stats, local, static_cast<const P*>(cache), reinterpret_cast<P*>(out + std::int64_t(row) * cols),
-                           begin, end - begin, t, threads, cols);
+        write_cached_slice(op, *row_stats, local, static_cast<const P*>(cache), reinterpret_cast<P*>(yr + span.head), begin, end - begin, t,
+                           threads, cols, span.head, yr, edge);
     }
     cluster.sync();  // the last row's statistics are read from the other blocks' shared memory
 #endif
