@@ -291,15 +291,14 @@ TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slo
     }
 }
 
-// Rows of any length on the block and cluster paths move 16 bytes at a time: each row's aligned
-// middle as vectors, the fewer than 16 / sizeof(T) elements before and after it one per thread
-// (kernels/rows.cuh RowSpan). Odd lengths put consecutive rows at every offset within 16 bytes
+// Rows of any length move 16 bytes at a time: each row's aligned middle as vectors, the fewer than
+// 16 / sizeof(T) elements before and after it one per thread or lane (kernels/rows.cuh RowSpan). Odd lengths put consecutive rows at every offset within 16 bytes
 // (9 rows); the special values sit on those edge elements: the row's maximum, NaN, +inf, -inf
 // (all but one edge element -inf), so that an edge that missed the statistics or the output would
 // show. An input starting 1 element off 16 bytes (its rows' offsets differ from the output's)
 // falls back to one element at a time; one starting 16 bytes in keeps the vectors. layer_norm's
 // weight and bias show that edge and vector elements take their own columns' parameters.
-TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors on the block and cluster paths", "[ops][rows][slow_under_tsan]",
+TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors", "[ops][rows][slow_under_tsan]",
                    float, __nv_bfloat16, __half) {
     using T = TestType;
     constexpr int V = int(16 / sizeof(T));
@@ -308,9 +307,10 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors on the bl
     const double rtol = fp32 ? 1e-5 : half ? 2e-3 : 8e-3;
     const double ln_atol = fp32 ? 2e-5 : half ? 5e-3 : 3e-2;
     const std::int64_t rows = 9;
-    // 1025: the block path; 50257 (a vocabulary): cached in one block (float: 201 KB); 120001: a
-    // cluster for every type (bf16 rows over 227 KiB).
-    for (std::int64_t cols : {std::int64_t(1025), std::int64_t(50257), std::int64_t(120001)}) {
+    // 7 (all edges for 2-byte types) and 333: the warp path with 8 and 32 values per lane; 1023: a
+    // lane's last vector past the row; 1025: the block path; 50257 (a vocabulary): cached in one
+    // block (float: 201 KB); 120001: a cluster for every type (bf16 rows over 227 KiB).
+    for (std::int64_t cols : {7, 333, 1023, 1025, 50257, 120001}) {
         for (std::int64_t offset : {std::int64_t(0), std::int64_t(1), std::int64_t(V)}) {
             INFO("cols " << cols << ", input " << offset << " elements into its buffer");
             auto values = testing::random_host<T>(std::size_t(rows * cols + offset), std::uint64_t(cols + offset), -10, 10);
@@ -331,7 +331,10 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors on the bl
             (void)full<T>({rows, cols}, convert<T>(7.0));  // poisons the output's block; 7 is no output here
             compare(softmax(x), softmax_ref(xv, cols, false), half ? 6e-8 : 1e-30, rtol, "softmax");
             if (backend == Backend::sim) {
-                const std::string want = (cols == 120001 ? "rows_per_cluster<" : "rows_per_block<") + std::to_string(offset % V ? 1 : V) + ",";
+                const int w = offset % V ? 1 : V;  // an input off the output's offset: one element at a time
+                const std::string want = cols <= 1024 ? "rows_per_warp<" + std::to_string(std::max(cols <= 256 ? 8 : 32, w)) + ", " + std::to_string(w) +
+                                                            (w > 1 ? ", true," : ", false,")
+                                         : (cols == 120001 ? "rows_per_cluster<" : "rows_per_block<") + std::to_string(w) + ",";
                 CHECK_THAT(testing::last_kernel(), Catch::Contains(want));
             }
             (void)full<T>({rows, cols}, convert<T>(7.0));

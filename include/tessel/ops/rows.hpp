@@ -218,11 +218,14 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     using I = std::uint32_t;
     DeviceGuard guard(device);
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
-    // 16-byte accesses: the warp path's rows must be aligned and a multiple of V long; the block
-    // and cluster paths take each row's aligned middle as vectors and its ends one element per
-    // thread, so only input and output rows must share their offset within 16 bytes.
-    const bool vector = V > 1 && (cols <= 1024 ? cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16)
-                                               : (reinterpret_cast<std::uintptr_t>(in.data()) - reinterpret_cast<std::uintptr_t>(out.data())) % 16 == 0);
+    // 16-byte accesses on rows of any length (each row's aligned middle as vectors, its ends one
+    // element per thread): input and output rows must share their offset within 16 bytes. Rows of
+    // whole aligned vectors skip the edge code on the warp path (kernels::rows_per_warp's Edges),
+    // and doubles there keep to whole vectors: with edges, 32 doubles a lane spill in log_softmax.
+    const bool whole = cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16);
+    constexpr bool warp_edges = V > 1 && sizeof(T) < 8;
+    const bool vector = V > 1 && (reinterpret_cast<std::uintptr_t>(in.data()) - reinterpret_cast<std::uintptr_t>(out.data())) % 16 == 0 &&
+                        (whole || warp_edges || cols > 1024);
     // Rows beyond one block's shared memory: a cluster of 2, 4 or 8 blocks (the fewest whose shared
     // memory holds the row) on devices with clusters (sm_90+); false if none fits or can be scheduled.
     auto try_cluster = [&]<int W>() {
@@ -250,7 +253,13 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     auto run = [&]<int W>() {
         if (cols <= 1024) {
             const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, max_blocks(device, 32)));
-            auto kernel = cols <= 8 * 32 ? kernels::rows_per_warp<std::max(8, W), W, Op, T, I> : kernels::rows_per_warp<std::max(32, W), W, Op, T, I>;
+            auto pick = [&]<bool Edges>() {
+                return cols <= 8 * 32 ? kernels::rows_per_warp<std::max(8, W), W, Edges, Op, T, I>
+                                      : kernels::rows_per_warp<std::max(32, W), W, Edges, Op, T, I>;
+            };
+            auto kernel = pick.template operator()<false>();
+            if constexpr (W > 1 && warp_edges)
+                if (!whole) kernel = pick.template operator()<true>();
             launch(kernel, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows), I(cols), op);
             return;
         }

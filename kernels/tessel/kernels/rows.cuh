@@ -10,10 +10,9 @@
 // Softmax and layer_norm take their statistics in exact phases over values already on chip (the
 // maximum, then one exp per element; the mean, then centred squares), not by per-element online
 // updates; the two-read path folds groups of 4 vectors the same way (fold_group).
-// V > 1 moves V elements per 16-byte load and store. On the warp path the host checks that rows are
-// aligned and a multiple of V long; the block and cluster paths take any row whose input and output
-// share their offset within 16 bytes: the row's aligned middle in vectors, the fewer than V elements
-// before and after it one per thread (RowSpan, RowEdge). Statistics combine in an order fixed by the
+// V > 1 moves V elements per 16-byte load and store, on rows of any length whose input and output
+// share their offset within 16 bytes (the host checks): the row's aligned middle in vectors, the
+// fewer than V elements before and after it one per thread (RowSpan, RowEdge). Statistics combine in an order fixed by the
 // shape and alignment (which choose V, the block size and each row's span), never by timing.
 #pragma once
 
@@ -98,123 +97,6 @@ inline constexpr int rows_per_warp_min_blocks = [] {
     return bytes <= 32 ? 4 : bytes <= 128 ? 3 : 2;
 }();
 
-// A warp per row (8 rows per 256-thread block); each lane keeps PerLane values (PerLane / V vectors).
-// Every load of the row is issued before any value is used (the lane's vectors sit at immediate
-// offsets from one address), then the statistics are taken from registers: ops that define
-// `shifted_exp` (softmax) reduce the maximum first and compute exp(x - max) once per element,
-// reused by the output; ops that define `centered` (layer_norm) take the mean, then the centred
-// squares (two exact passes over registers, no division per element); others fold `accumulate`.
-// budget: threads 256, registers 128, hot
-template <int PerLane, int V, class Op, class T, class I>
-__global__ void __launch_bounds__(256, rows_per_warp_min_blocks<PerLane, Op>)
-rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
-    static_assert(PerLane % V == 0, "a lane holds whole vectors");
-    using C = typename Op::compute_t;
-    using P = ops::Packed<T, V>;
-    constexpr int vectors = PerLane / V;
-    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-    const int n = int(cols);  // at most 1024 on this path
-    // With V > 1, cols is a multiple of V: a vector is all in the row or all out of it.
-    auto in_row = [&](int k) { return (lane + k * 32) * V < n; };
-    for (I base = I(blockIdx.x) * 8; base < rows; base += I(gridDim.x) * 8) {
-        const I row = base + I(warp);
-        if (row >= rows) continue;  // whole warps only: the shuffles below stay uniform
-        const T* x = in + std::int64_t(row) * cols + lane * V;
-        C v[PerLane];
-#pragma unroll
-        for (int k = 0; k < vectors; ++k) {
-            if (in_row(k)) {
-                const P p = *reinterpret_cast<const P*>(x + k * 32 * V);
-#pragma unroll
-                for (int j = 0; j < V; ++j) v[k * V + j] = ops::cast<C>(p.v[j]);
-            } else {
-                // Softmax pads with -inf: the maximum ignores it and its exp(x - max) is 0.
-#pragma unroll
-                for (int j = 0; j < V; ++j) v[k * V + j] = shifted_exp_op<Op> ? -std::numeric_limits<C>::infinity() : C(0);
-            }
-        }
-        T* y = out + std::int64_t(row) * cols + lane * V;
-        auto store = [&](auto&& value) {
-#pragma unroll
-            for (int k = 0; k < vectors; ++k) {
-                if (in_row(k)) {
-                    P p;
-#pragma unroll
-                    for (int j = 0; j < V; ++j) p.v[j] = ops::cast<T>(value(k * V + j, std::int64_t(lane * V + k * 32 * V + j)));
-                    *reinterpret_cast<P*>(y + k * 32 * V) = p;
-                }
-            }
-        };
-        if constexpr (shifted_exp_op<Op>) {
-            // The maximum ignores NaN (one instruction per element, not three): a NaN still makes
-            // its own exp(x - max), so the sum and the whole row, NaN. Both loops skip only what
-            // is outside the row for the whole warp (a uniform test, not a predicate per lane and
-            // element, which pressed the 1-element instantiations into spilling); a lane's slots
-            // past the row's end hold -inf, whose exp(x - max) is 0 unless max is -inf, a row of
-            // only -inf (or NaN) that is NaN as it is.
-            auto warp_in_row = [&](int k) { return k * 32 * V < n; };
-            C m = -std::numeric_limits<C>::infinity();
-#pragma unroll
-            for (int k = 0; k < vectors; ++k)
-                if (warp_in_row(k))
-#pragma unroll
-                    for (int j = 0; j < V; ++j) m = ops::math::fmax(m, v[k * V + j]);
-            m = warp_all([](C a, C b) { return ops::math::fmax(a, b); }, m);
-            C sum = 0;
-#pragma unroll
-            for (int k = 0; k < vectors; ++k)
-                if (warp_in_row(k))
-#pragma unroll
-                    for (int j = 0; j < V; ++j) {
-                        const C e = op.shifted_exp(v[k * V + j], m);
-                        sum += e;
-                        if constexpr (Op::output_from_exp) v[k * V + j] = e;
-                    }
-            sum = warp_all([](C a, C b) { return a + b; }, sum);
-            const auto f = op.finish_max_sum(m, sum);
-            store([&](int i, std::int64_t) { return op.apply_shifted(f, v[i]); });
-        } else if constexpr (centered_op<Op>) {
-            C total = 0;
-#pragma unroll
-            for (int k = 0; k < vectors; ++k)
-                if (in_row(k))
-#pragma unroll
-                    for (int j = 0; j < V; ++j) total += v[k * V + j];
-            const C mean = warp_all([](C a, C b) { return a + b; }, total) / C(n);
-            C squares = 0;
-#pragma unroll
-            for (int k = 0; k < vectors; ++k)
-                if (in_row(k))
-#pragma unroll
-                    for (int j = 0; j < V; ++j) squares += (v[k * V + j] - mean) * (v[k * V + j] - mean);
-            const auto f = op.centered(mean, warp_all([](C a, C b) { return a + b; }, squares), std::int64_t(n));
-            store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); });
-        } else {
-            auto s = op.identity();
-#pragma unroll
-            for (int k = 0; k < vectors; ++k)
-                if (in_row(k))
-#pragma unroll
-                    for (int j = 0; j < V; ++j) s = op.accumulate(s, v[k * V + j]);
-            const auto f = op.finish(warp_broadcast(warp_combine(op, s, 32)), cols);
-            store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); });
-        }
-    }
-}
-
-// The two combiners of one value the cached paths' phases use (block_combine takes any op with
-// identity and combine).
-template <class C>
-struct MaxOf {
-    __device__ C identity() const { return -std::numeric_limits<C>::infinity(); }
-    __device__ C combine(C a, C b) const { return ops::Maximum{}(a, b); }
-};
-template <class C>
-struct SumOf {
-    __device__ C identity() const { return C(0); }
-    __device__ C combine(C a, C b) const { return a + b; }
-};
-
 // Where a row's 16-byte vectors lie: `head` elements up to the first 16-byte boundary, `vectors`
 // whole vectors of V, then `tail` elements (head and tail under V; with V == 1 all of the row is
 // "vectors"). A vocabulary of 50257 bf16 logits is read 16 bytes at a time but for at most 14 of
@@ -250,6 +132,138 @@ __device__ RowEdge<C, I> load_edge(const T* row, RowSpan<I> span, I t) {
     const I column = t < span.head ? t : t + span.vectors * I(V);
     return {ops::cast<C>(row[column]), column, true};
 }
+
+// A warp per row (8 rows per 256-thread block); each lane keeps PerLane values (PerLane / V vectors).
+// Every load of the row is issued before any value is used (the lane's vectors sit at immediate
+// offsets from one address), then the statistics are taken from registers: ops that define
+// `shifted_exp` (softmax) reduce the maximum first and compute exp(x - max) once per element,
+// reused by the output; ops that define `centered` (layer_norm) take the mean, then the centred
+// squares (two exact passes over registers, no division per element); others fold `accumulate`.
+// Edges: rows that are not all whole aligned vectors (RowSpan); without, the host has checked that
+// they are, and no edge code is compiled (it costs about 80 instructions per row and lane).
+// budget: threads 256, registers 128, hot
+template <int PerLane, int V, bool Edges, class Op, class T, class I>
+__global__ void __launch_bounds__(256, rows_per_warp_min_blocks<PerLane, Op>)
+rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
+    static_assert(PerLane % V == 0, "a lane holds whole vectors");
+    using C = typename Op::compute_t;
+    using P = ops::Packed<T, V>;
+    constexpr int vectors = PerLane / V;
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    const int n = int(cols);  // at most 1024 on this path
+    for (I base = I(blockIdx.x) * 8; base < rows; base += I(gridDim.x) * 8) {
+        const I row = base + I(warp);
+        if (row >= rows) continue;  // whole warps only: the shuffles below stay uniform
+        const T* xr = in + std::int64_t(row) * cols;
+        // Lane l holds vectors l, l + 32, ... of the row's aligned middle, and lanes below head +
+        // tail one edge element each.
+        const RowSpan<I> span = Edges ? row_span<V>(xr, cols) : RowSpan<I>{I(0), cols / I(V), I(0)};
+        const int body = int(span.vectors), head = int(span.head);
+        auto in_row = [&](int k) { return lane + k * 32 < body; };
+        const T* x = xr + head + lane * V;
+        RowEdge<C, I> edge = Edges ? load_edge<V, C>(xr, span, I(lane)) : RowEdge<C, I>{};
+        C v[PerLane];
+#pragma unroll
+        for (int k = 0; k < vectors; ++k) {
+            if (in_row(k)) {
+                const P p = *reinterpret_cast<const P*>(x + k * 32 * V);
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[k * V + j] = ops::cast<C>(p.v[j]);
+            } else {
+                // Softmax pads with -inf: the maximum ignores it and its exp(x - max) is 0.
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[k * V + j] = shifted_exp_op<Op> ? -std::numeric_limits<C>::infinity() : C(0);
+            }
+        }
+        T* yr = out + std::int64_t(row) * cols;
+        T* y = yr + head + lane * V;
+        // Writes value(i, column) for the lane's slots i in the row, and edge_value for its edge.
+        auto store = [&](auto&& value, C edge_value) {
+            if (edge.present) yr[edge.column] = ops::cast<T>(edge_value);
+#pragma unroll
+            for (int k = 0; k < vectors; ++k) {
+                if (in_row(k)) {
+                    P p;
+#pragma unroll
+                    for (int j = 0; j < V; ++j) p.v[j] = ops::cast<T>(value(k * V + j, std::int64_t(head + lane * V + k * 32 * V + j)));
+                    *reinterpret_cast<P*>(y + k * 32 * V) = p;
+                }
+            }
+        };
+        if constexpr (shifted_exp_op<Op>) {
+            // The maximum ignores NaN (one instruction per element, not three): a NaN still makes
+            // its own exp(x - max), so the sum and the whole row, NaN. Both loops skip only what
+            // is outside the row for the whole warp (a uniform test, not a predicate per lane and
+            // element, which pressed the 1-element instantiations into spilling); a lane's slots
+            // past the row's end hold -inf, whose exp(x - max) is 0 unless max is -inf, a row of
+            // only -inf (or NaN) that is NaN as it is.
+            auto warp_in_row = [&](int k) { return k * 32 < body; };
+            C m = -std::numeric_limits<C>::infinity();
+            if (edge.present) m = ops::math::fmax(m, edge.value);
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (warp_in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) m = ops::math::fmax(m, v[k * V + j]);
+            m = warp_all([](C a, C b) { return ops::math::fmax(a, b); }, m);
+            C sum = 0;
+            if (edge.present) {
+                sum = op.shifted_exp(edge.value, m);
+                if constexpr (Op::output_from_exp) edge.value = sum;
+            }
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (warp_in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        const C e = op.shifted_exp(v[k * V + j], m);
+                        sum += e;
+                        if constexpr (Op::output_from_exp) v[k * V + j] = e;
+                    }
+            sum = warp_all([](C a, C b) { return a + b; }, sum);
+            const auto f = op.finish_max_sum(m, sum);
+            store([&](int i, std::int64_t) { return op.apply_shifted(f, v[i]); }, op.apply_shifted(f, edge.value));
+        } else if constexpr (centered_op<Op>) {
+            C total = edge.present ? edge.value : C(0);
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) total += v[k * V + j];
+            const C mean = warp_all([](C a, C b) { return a + b; }, total) / C(n);
+            C squares = edge.present ? (edge.value - mean) * (edge.value - mean) : C(0);
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) squares += (v[k * V + j] - mean) * (v[k * V + j] - mean);
+            const auto f = op.centered(mean, warp_all([](C a, C b) { return a + b; }, squares), std::int64_t(n));
+            store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); }, op.apply(f, edge.value, std::int64_t(edge.column)));
+        } else {
+            auto s = edge.present ? op.accumulate(op.identity(), edge.value) : op.identity();
+#pragma unroll
+            for (int k = 0; k < vectors; ++k)
+                if (in_row(k))
+#pragma unroll
+                    for (int j = 0; j < V; ++j) s = op.accumulate(s, v[k * V + j]);
+            const auto f = op.finish(warp_broadcast(warp_combine(op, s, 32)), cols);
+            store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); }, op.apply(f, edge.value, std::int64_t(edge.column)));
+        }
+    }
+}
+
+// The two combiners of one value the cached paths' phases use (block_combine takes any op with
+// identity and combine).
+template <class C>
+struct MaxOf {
+    __device__ C identity() const { return -std::numeric_limits<C>::infinity(); }
+    __device__ C combine(C a, C b) const { return ops::Maximum{}(a, b); }
+};
+template <class C>
+struct SumOf {
+    __device__ C identity() const { return C(0); }
+    __device__ C combine(C a, C b) const { return a + b; }
+};
 
 // Calls visit(p, count, k, stride) for the vectors src[k], src[k + stride], ... (count of them) that
 // thread t of `threads` takes among src[0, n): Unroll vectors a group, all loaded before visit sees
