@@ -187,6 +187,7 @@ struct VarianceReducer {
     // docs/kernels.md). The mean scales before it adds (1/N is a power of two, exact), so N equal
     // values near the type's largest keep a variance of 0; an infinity makes a deviation
     // inf - inf, NaN, as load's x - x does.
+    static constexpr bool fold_ignores_positions = true;  // kernels::folds_unordered
     template <int N>
     __host__ __device__ acc_t fold(acc_t a, const T (&x)[N], std::int64_t, std::int64_t) const {
         static_assert((N & (N - 1)) == 0, "1/N must be exact");
