@@ -1,5 +1,6 @@
 // softmax, log_softmax, rms_norm and layer_norm over rows of 1k, 4k, 32k and 262k fp32 values (256 MiB per tensor on a GPU,
-// 4 MiB on the sim), and softmax and layer_norm of bf16 rows of 1k (the warp path) and 32k, as GB/s
+// 4 MiB on the sim), softmax and layer_norm of bf16 rows of 1k (the warp path) and 32k, and softmax
+// of bf16 rows of 777 and 50257 (not a multiple of 16 bytes), as GB/s
 // (read + write) and % of the device copy bandwidth measured in the same run. The sim's figures are
 // CPU times of a smoke test.
 #include <benchmark/benchmark.h>
@@ -80,6 +81,10 @@ const bool registered = [] {
         benchmark::RegisterBenchmark("BM_softmax_bf16", BM_rows<__nv_bfloat16>, 0)->Arg(cols)->UseManualTime();
         benchmark::RegisterBenchmark("BM_layer_norm_bf16", BM_rows<__nv_bfloat16>, 3)->Arg(cols)->UseManualTime();
     }
+    // Rows that are not a multiple of 16 bytes: attention scores over 777 positions (the warp path
+    // with the rows' ends one per lane) and a vocabulary of 50257 (a block per row).
+    for (std::int64_t cols : {777, 50257})
+        benchmark::RegisterBenchmark("BM_softmax_bf16", BM_rows<__nv_bfloat16>, 0)->Arg(cols)->UseManualTime();
     return true;
 }();
 
