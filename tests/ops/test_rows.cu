@@ -7,6 +7,7 @@
 // last, weights and biases, bad parameters. Outputs' cache blocks are poisoned first.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -307,23 +308,46 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors", "[ops][
     const double rtol = fp32 ? 1e-5 : half ? 2e-3 : 8e-3;
     const double ln_atol = fp32 ? 2e-5 : half ? 5e-3 : 3e-2;
     const std::int64_t rows = 9;
-    // 7 (all edges for 2-byte types) and 333: the warp path with 8 and 32 values per lane; 1023: a
-    // lane's last vector past the row; 1025: the block path; 50257 (a vocabulary): cached in one
-    // block (float: 201 KB); 120001: a cluster for every type (bf16 rows over 227 KiB).
-    for (std::int64_t cols : {7, 333, 1023, 1025, 50257, 120001}) {
+    // 7: a thread per row, one element at a time (short rows take no edges); 101 and 333: the warp
+    // path with 8 and 32 values per lane; 1023: a lane's last vector past the row; 1025: the block
+    // path; 50257 (a vocabulary): cached in one block (float: 201 KB); 120001: a cluster for every
+    // type (bf16 rows over 227 KiB).
+    for (std::int64_t cols : {7, 101, 333, 1023, 1025, 50257, 120001}) {
         for (std::int64_t offset : {std::int64_t(0), std::int64_t(1), std::int64_t(V)}) {
             INFO("cols " << cols << ", input " << offset << " elements into its buffer");
             auto values = testing::random_host<T>(std::size_t(rows * cols + offset), std::uint64_t(cols + offset), -10, 10);
             T* h = values.data() + offset;
             auto at = [&](std::int64_t r, std::int64_t c) -> T& { return h[r * cols + c]; };
-            at(0, 0) = convert<T>(30.0);            // row 0: its maximum on the first element
-            at(1, cols - 1) = convert<T>(30.0);     // row 1: on the last
-            at(2, 1) = convert<T>(NAN);             // row 2: NaN in the head (or the first vector)
-            at(3, cols - 2) = convert<T>(INFINITY); // row 3: +inf in the tail
-            for (std::int64_t c = 0; c < cols; ++c) at(4, c) = convert<T>(-INFINITY);
-            at(4, cols - 1) = convert<T>(2.0);      // row 4: all -inf but the last element
-            at(5, 0) = convert<T>(-INFINITY);       // row 5: -inf on both ends
-            at(5, cols - 1) = convert<T>(-INFINITY);
+            // Each row's head and tail (the buffer starts on 16 bytes; an offset of V keeps the
+            // spans of 0), and the first row not yet taken that has enough of one, so that the
+            // special values land on end elements wherever the row has them.
+            std::vector<std::int64_t> head(static_cast<std::size_t>(rows)), tail(static_cast<std::size_t>(rows));
+            for (std::int64_t r = 0; r < rows; ++r) {
+                const std::int64_t off = ((offset + r * cols) % V), h0 = off ? std::min<std::int64_t>(V - off, cols) : 0;
+                head[std::size_t(r)] = h0, tail[std::size_t(r)] = (cols - h0) % V;
+            }
+            std::vector<bool> taken(static_cast<std::size_t>(rows));
+            auto pick = [&](auto&& wanted) {
+                std::int64_t r = 0;
+                while (r < rows && (taken[std::size_t(r)] || !wanted(r))) ++r;
+                if (r == rows) r = std::int64_t(std::find(taken.begin(), taken.end(), false) - taken.begin());
+                taken[std::size_t(r)] = true;
+                return r;
+            };
+            const auto r_max_head = pick([&](std::int64_t r) { return head[std::size_t(r)] >= 1; });
+            at(r_max_head, 0) = convert<T>(30.0);                // the row's maximum on its first element
+            const auto r_max_tail = pick([&](std::int64_t r) { return tail[std::size_t(r)] >= 1; });
+            at(r_max_tail, cols - 1) = convert<T>(30.0);         // on its last
+            const auto r_nan = pick([&](std::int64_t r) { return head[std::size_t(r)] >= 2; });
+            at(r_nan, 1) = convert<T>(NAN);                      // NaN in the head
+            const auto r_inf = pick([&](std::int64_t r) { return tail[std::size_t(r)] >= 2; });
+            at(r_inf, cols - 2) = convert<T>(INFINITY);          // +inf in the tail
+            const auto r_only = pick([&](std::int64_t r) { return tail[std::size_t(r)] >= 1; });
+            for (std::int64_t c = 0; c < cols; ++c) at(r_only, c) = convert<T>(-INFINITY);
+            at(r_only, cols - 1) = convert<T>(2.0);              // all -inf but the last element
+            const auto r_ends = pick([&](std::int64_t r) { return head[std::size_t(r)] >= 1 && tail[std::size_t(r)] >= 1; });
+            at(r_ends, 0) = convert<T>(-INFINITY);               // -inf on both ends
+            at(r_ends, cols - 1) = convert<T>(-INFINITY);
             std::vector<double> xv(std::size_t(rows * cols));
             for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = convert<double>(h[i]);
             const auto buffer = from_host<T>(values.span(), {rows * cols + offset});
@@ -331,10 +355,12 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors", "[ops][
             (void)full<T>({rows, cols}, convert<T>(7.0));  // poisons the output's block; 7 is no output here
             compare(softmax(x), softmax_ref(xv, cols, false), half ? 6e-8 : 1e-30, rtol, "softmax");
             if (backend == Backend::sim) {
-                const int w = offset % V ? 1 : V;  // an input off the output's offset: one element at a time
-                const std::string want = cols <= 1024 ? "rows_per_warp<" + std::to_string(std::max(cols <= 256 ? 8 : 32, w)) + ", " + std::to_string(w) +
-                                                            (w > 1 ? ", true," : ", false,")
-                                         : (cols == 120001 ? "rows_per_cluster<" : "rows_per_block<") + std::to_string(w) + ",";
+                // An input off the output's offset, or a short row: one element at a time.
+                const int w = offset % V || cols <= 64 ? 1 : V;
+                const std::string want = cols <= 8     ? "rows_per_warp<1, 8, 1, false,"
+                                         : cols <= 1024 ? "rows_per_warp<32, " + std::to_string(std::max(cols <= 256 ? 8 : 32, w)) + ", " +
+                                                              std::to_string(w) + (w > 1 ? ", true," : ", false,")
+                                                        : (cols == 120001 ? "rows_per_cluster<" : "rows_per_block<") + std::to_string(w) + ",";
                 CHECK_THAT(testing::last_kernel(), Catch::Contains(want));
             }
             (void)full<T>({rows, cols}, convert<T>(7.0));
@@ -357,6 +383,76 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors", "[ops][
             }
             (void)full<T>({rows, cols}, convert<T>(7.0));
             compare(layer_norm(z, w, b), want, ln_atol, rtol, "layer_norm with weight and bias");
+        }
+    }
+}
+
+// Rows of at most 64 share a warp: a thread per row up to 8 values (a router's softmax over 8
+// experts), 8 lanes per row up to 64 (kernels/rows.cuh rows_per_warp's Lanes). Row counts that leave
+// groups of a warp past the last row (37), one over 256 rows a block (300), and enough rows for the
+// grid to walk them (2100 on the sim's few blocks); a NaN row, an all -inf row and a row of one
+// large value among them, so that a shuffle crossing from one row's lanes to another's shows;
+// rms_norm (a shuffle-down sum broadcast from the group's first lane) and layer_norm with weights.
+TEMPLATE_TEST_CASE("rows of up to 64 values share a warp", "[ops][rows]", float, __nv_bfloat16) {
+    using T = TestType;
+    constexpr bool fp32 = std::is_same_v<T, float>;
+    const double rtol = fp32 ? 1e-5 : 8e-3, atol = fp32 ? 2e-5 : 3e-2;
+    for (std::int64_t cols : {1, 2, 5, 8, 9, 16, 33, 64, 65}) {
+        for (std::int64_t rows : {1, 37, 300, 2100}) {
+            if (rows == 2100 && cols > 8) continue;
+            INFO(rows << " rows of " << cols);
+            auto v = testing::random_host<T>(std::size_t(rows * cols), std::uint64_t(rows * 100 + cols), -4, 4);
+            if (rows > 5) {
+                v.data()[3 * cols + cols / 2] = convert<T>(NAN);                              // row 3: a NaN
+                for (std::int64_t c = 0; c < cols; ++c) v.data()[4 * cols + c] = convert<T>(-INFINITY);  // row 4: all -inf
+                v.data()[5 * cols + cols - 1] = convert<T>(60.0);                             // row 5: one large value
+            }
+            std::vector<double> xv(v.n);
+            for (std::size_t i = 0; i < v.n; ++i) xv[i] = convert<double>(v.data()[i]);
+            const auto x = from_host<T>(v.span(), {rows, cols});
+            poison_next<T>({rows, cols});
+            compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, rtol, "softmax");
+            if (backend == Backend::sim) {
+                const std::string lanes = cols <= 8 ? "rows_per_warp<1," : cols <= 64 ? "rows_per_warp<8," : "rows_per_warp<32,";
+                CHECK_THAT(testing::last_kernel(), Catch::Contains(lanes));
+            }
+            poison_next<T>({rows, cols});
+            compare(log_softmax(x), softmax_ref(xv, cols, true), fp32 ? 2e-5 : 0.1, rtol, "log_softmax");
+            // The norms over finite rows (the same values with rows 3-5 redrawn).
+            auto f = testing::random_host<T>(std::size_t(rows * cols), std::uint64_t(rows * 100 + cols + 1), -4, 4);
+            auto [w, wv] = random_rows<T>({cols}, 104, 0.5, 1.5);
+            auto [b, bv] = random_rows<T>({cols}, 105, -1, 1);
+            // layer_norm's float x - mean carries about u |x| + u |mean| (u = 2^-24), times rstd,
+            // which is large on rows of 2 or 5 close values: its bound is per row, 8 times that
+            // (plus one bf16 rounding of the output).
+            std::vector<double> rms(f.n), ln(f.n), ln_tol(f.n);
+            for (std::int64_t r = 0; r < rows; ++r) {
+                long double sq = 0, m = 0, var = 0;
+                for (std::int64_t c = 0; c < cols; ++c) {
+                    const double y = convert<double>(f.data()[r * cols + c]);
+                    sq += (long double)y * y, m += y;
+                }
+                m /= cols;
+                for (std::int64_t c = 0; c < cols; ++c) var += (convert<double>(f.data()[r * cols + c]) - m) * (convert<double>(f.data()[r * cols + c]) - m);
+                const double rstd = 1 / std::sqrt(double(var / cols) + 1e-5);
+                for (std::int64_t c = 0; c < cols; ++c) {
+                    const double y = convert<double>(f.data()[r * cols + c]);
+                    const std::size_t i = std::size_t(r * cols + c);
+                    rms[i] = y / std::sqrt(double(sq / cols) + 1e-6) * wv[std::size_t(c)];
+                    ln[i] = (y - double(m)) * rstd * wv[std::size_t(c)] + bv[std::size_t(c)];
+                    ln_tol[i] = atol + rtol * std::fabs(ln[i]) + 8 * 0x1p-24 * (std::fabs(y) + std::fabs(double(m))) * rstd * wv[std::size_t(c)];
+                }
+            }
+            const auto z = from_host<T>(f.span(), {rows, cols});
+            poison_next<T>({rows, cols});
+            compare(rms_norm(z, w), rms, atol, rtol, "rms_norm with weight");
+            poison_next<T>({rows, cols});
+            const auto got = layer_norm(z, w, b).to_vector();
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < got.size(); ++i)
+                if (!(std::fabs(convert<double>(got[i]) - ln[i]) <= ln_tol[i]) && bad++ < 3)
+                    UNSCOPED_INFO("layer_norm [" << i << "]: expected " << ln[i] << ", got " << convert<double>(got[i]) << " (bound " << ln_tol[i] << ")");
+            CHECK(bad == 0);
         }
     }
 }

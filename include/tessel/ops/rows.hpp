@@ -220,12 +220,13 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     constexpr int V = int(16 / sizeof(T)) > 1 ? int(16 / sizeof(T)) : 1;
     // 16-byte accesses on rows of any length (each row's aligned middle as vectors, its ends one
     // element per thread): input and output rows must share their offset within 16 bytes. Rows of
-    // whole aligned vectors skip the edge code on the warp path (kernels::rows_per_warp's Edges),
-    // and doubles there keep to whole vectors: with edges, 32 doubles a lane spill in log_softmax.
+    // whole aligned vectors skip the edge code on the warp path (kernels::rows_per_warp's Edges);
+    // rows of 64 or fewer (8 lanes or a thread a row, too few for the ends) and doubles there keep
+    // to whole vectors: with edges, 32 doubles a lane spill in log_softmax.
     const bool whole = cols % V == 0 && aligned(in.data(), 16) && aligned(out.data(), 16);
     constexpr bool warp_edges = V > 1 && sizeof(T) < 8;
     const bool vector = V > 1 && (reinterpret_cast<std::uintptr_t>(in.data()) - reinterpret_cast<std::uintptr_t>(out.data())) % 16 == 0 &&
-                        (whole || warp_edges || cols > 1024);
+                        (whole || (warp_edges && cols > 64) || cols > 1024);
     // Rows beyond one block's shared memory: a cluster of 2, 4 or 8 blocks (the fewest whose shared
     // memory holds the row) on devices with clusters (sm_90+); false if none fits or can be scheduled.
     auto try_cluster = [&]<int W>() {
@@ -252,14 +253,19 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     };
     auto run = [&]<int W>() {
         if (cols <= 1024) {
-            const auto blocks = unsigned(std::clamp<std::int64_t>((rows + 7) / 8, 1, max_blocks(device, 32)));
-            auto pick = [&]<bool Edges>() {
-                return cols <= 8 * 32 ? kernels::rows_per_warp<std::max(8, W), W, Edges, Op, T, I>
-                                      : kernels::rows_per_warp<std::max(32, W), W, Edges, Op, T, I>;
+            // A row per thread up to 8 values (a router's softmax over 8 experts: 16 bf16 bytes),
+            // per 8 lanes up to 64, per warp beyond: 256, 32 or 8 rows a 256-thread block.
+            constexpr int few = std::max(8, W);
+            const int lanes = cols <= 8 ? 1 : cols <= 64 ? 8 : 32;
+            const auto blocks = unsigned(std::clamp<std::int64_t>((rows * lanes + 255) / 256, 1, max_blocks(device, 32)));
+            auto warp = [&]<bool Edges>() {
+                return cols <= 8 * 32 ? kernels::rows_per_warp<32, few, W, Edges, Op, T, I> : kernels::rows_per_warp<32, std::max(32, W), W, Edges, Op, T, I>;
             };
-            auto kernel = pick.template operator()<false>();
+            auto kernel = lanes == 1 ? kernels::rows_per_warp<1, few, W, false, Op, T, I>
+                          : lanes == 8 ? kernels::rows_per_warp<8, few, W, false, Op, T, I>
+                                       : warp.template operator()<false>();
             if constexpr (W > 1 && warp_edges)
-                if (!whole) kernel = pick.template operator()<true>();
+                if (lanes == 32 && !whole) kernel = warp.template operator()<true>();
             launch(kernel, GridDim(blocks, site), dim3(256), 0, stream, in.data(), out.data(), I(rows), I(cols), op);
             return;
         }

@@ -1,7 +1,8 @@
 // Row-wise normalisation: softmax, log_softmax, layer_norm, rms_norm and anything else of the form
 //   stats = combine over the row of accumulate(x);  out[c] = apply(finish(stats), x[c], c)
 // over contiguous rows, read once where the row fits on chip:
-//   rows_per_warp   rows of at most 1024: a warp per row, the row in registers;
+//   rows_per_warp   rows of at most 1024: a warp per row (8 lanes or a thread for rows of at most 64
+//                   or 8), the row in registers;
 //   rows_per_block  longer rows: a block per row; with Cached the row is kept in dynamic shared memory
 //                   (up to the device's opt-in limit, 227 KiB on Hopper) and read from global memory
 //                   once; without, it is read twice (statistics, then output);
@@ -24,13 +25,15 @@
 
 namespace tessel::kernels {
 
-// Every lane of a warp gets lane 0's value of any trivially copyable type.
-template <class A>
+// Every lane of each group of Width lanes gets the group's first lane's value of any trivially
+// copyable type.
+template <int Width = 32, class A>
 __device__ A warp_broadcast(const A& a) {
+    if constexpr (Width == 1) return a;
     constexpr int words = int((sizeof(A) + 3) / 4);
     unsigned w[words] = {};
     std::memcpy(w, &a, sizeof(A));
-    for (int i = 0; i < words; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], 0);
+    for (int i = 0; i < words; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], 0, Width);
     A r;
     std::memcpy(&r, w, sizeof(A));
     return r;
@@ -55,11 +58,12 @@ __device__ S block_combine(const Op& op, S s, S* across_warps) {
     return all;
 }
 
-// Every lane of a warp gets f over all 32 lanes' values, by an xor butterfly: at each step a lane
-// and its partner compute f(a, b) and f(b, a), the same for commutative f (+, max), so all agree.
-template <class F, class C>
+// Every lane of each group of Width lanes (all 32 of the warp take part) gets f over the group's
+// values, by an xor butterfly: at each step a lane and its partner compute f(a, b) and f(b, a), the
+// same for commutative f (+, max), so all agree.
+template <int Width = 32, class F, class C>
 __device__ C warp_all(F f, C x) {
-    for (int d = 16; d >= 1; d /= 2) {
+    for (int d = Width / 2; d >= 1; d /= 2) {
         unsigned w[(sizeof(C) + 3) / 4];
         std::memcpy(w, &x, sizeof(C));
         for (auto& word : w) word = __shfl_xor_sync(0xffffffffu, word, d);
@@ -133,40 +137,48 @@ __device__ RowEdge<C, I> load_edge(const T* row, RowSpan<I> span, I t) {
     return {ops::cast<C>(row[column]), column, true};
 }
 
-// A warp per row (8 rows per 256-thread block); each lane keeps PerLane values (PerLane / V vectors).
+// Lanes lanes per row: a warp (8 rows per 256-thread block), or for short rows 8 lanes or one
+// thread (32 or 256 rows a block, so that a row of 8 experts' logits does not keep 31 lanes idle);
+// each lane keeps PerLane values (PerLane / V vectors).
 // Every load of the row is issued before any value is used (the lane's vectors sit at immediate
 // offsets from one address), then the statistics are taken from registers: ops that define
 // `shifted_exp` (softmax) reduce the maximum first and compute exp(x - max) once per element,
 // reused by the output; ops that define `centered` (layer_norm) take the mean, then the centred
 // squares (two exact passes over registers, no division per element); others fold `accumulate`.
 // Edges: rows that are not all whole aligned vectors (RowSpan); without, the host has checked that
-// they are, and no edge code is compiled (it costs about 80 instructions per row and lane).
+// they are, and no edge code is compiled (it costs 70 to 80 instructions per row and lane); only
+// with 32 lanes, which hold a row's up to 2V - 2 edge elements one each.
 // budget: threads 256, registers 128, hot
-template <int PerLane, int V, bool Edges, class Op, class T, class I>
+template <int Lanes, int PerLane, int V, bool Edges, class Op, class T, class I>
 __global__ void __launch_bounds__(256, rows_per_warp_min_blocks<PerLane, Op>)
 rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op op) {
     static_assert(PerLane % V == 0, "a lane holds whole vectors");
+    static_assert(Lanes == 32 || Lanes == 8 || Lanes == 1, "a row takes a warp, 8 lanes or one thread");
+    static_assert(!Edges || Lanes == 32, "edge elements need a lane each");
     using C = typename Op::compute_t;
     using P = ops::Packed<T, V>;
-    constexpr int vectors = PerLane / V;
-    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    constexpr int vectors = PerLane / V, rows_per_block = 256 / Lanes;
+    const int lane = int(threadIdx.x) % Lanes, group = int(threadIdx.x) / Lanes;
     const int n = int(cols);  // at most 1024 on this path
-    for (I base = I(blockIdx.x) * 8; base < rows; base += I(gridDim.x) * 8) {
-        const I row = base + I(warp);
-        if (row >= rows) continue;  // whole warps only: the shuffles below stay uniform
-        const T* xr = in + std::int64_t(row) * cols;
-        // Lane l holds vectors l, l + 32, ... of the row's aligned middle, and lanes below head +
+    for (I base = I(blockIdx.x) * rows_per_block; base < rows; base += I(gridDim.x) * rows_per_block) {
+        const I row = base + I(group);
+        // A warp of one row skips a row past the end whole, so the shuffles below stay uniform; a
+        // warp of several rows keeps a group past the end in them, with nothing loaded or stored.
+        if (Lanes == 32 && row >= rows) continue;
+        const bool active = Lanes == 32 || row < rows;
+        const T* xr = in + std::int64_t(active ? row : I(0)) * cols;
+        // Lane l holds vectors l, l + Lanes, ... of the row's aligned middle, and lanes below head +
         // tail one edge element each.
-        const RowSpan<I> span = Edges ? row_span<V>(xr, cols) : RowSpan<I>{I(0), cols / I(V), I(0)};
+        const RowSpan<I> span = !active ? RowSpan<I>{I(0), I(0), I(0)} : Edges ? row_span<V>(xr, cols) : RowSpan<I>{I(0), cols / I(V), I(0)};
         const int body = int(span.vectors), head = int(span.head);
-        auto in_row = [&](int k) { return lane + k * 32 < body; };
+        auto in_row = [&](int k) { return lane + k * Lanes < body; };
         const T* x = xr + head + lane * V;
         RowEdge<C, I> edge = Edges ? load_edge<V, C>(xr, span, I(lane)) : RowEdge<C, I>{};
         C v[PerLane];
 #pragma unroll
         for (int k = 0; k < vectors; ++k) {
             if (in_row(k)) {
-                const P p = *reinterpret_cast<const P*>(x + k * 32 * V);
+                const P p = *reinterpret_cast<const P*>(x + k * Lanes * V);
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[k * V + j] = ops::cast<C>(p.v[j]);
             } else {
@@ -175,7 +187,7 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                 for (int j = 0; j < V; ++j) v[k * V + j] = shifted_exp_op<Op> ? -std::numeric_limits<C>::infinity() : C(0);
             }
         }
-        T* yr = out + std::int64_t(row) * cols;
+        T* yr = out + std::int64_t(active ? row : I(0)) * cols;
         T* y = yr + head + lane * V;
         // Writes value(i, column) for the lane's slots i in the row, and edge_value for its edge.
         auto store = [&](auto&& value, C edge_value) {
@@ -185,19 +197,19 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                 if (in_row(k)) {
                     P p;
 #pragma unroll
-                    for (int j = 0; j < V; ++j) p.v[j] = ops::cast<T>(value(k * V + j, std::int64_t(head + lane * V + k * 32 * V + j)));
-                    *reinterpret_cast<P*>(y + k * 32 * V) = p;
+                    for (int j = 0; j < V; ++j) p.v[j] = ops::cast<T>(value(k * V + j, std::int64_t(head + lane * V + k * Lanes * V + j)));
+                    *reinterpret_cast<P*>(y + k * Lanes * V) = p;
                 }
             }
         };
         if constexpr (shifted_exp_op<Op>) {
             // The maximum ignores NaN (one instruction per element, not three): a NaN still makes
             // its own exp(x - max), so the sum and the whole row, NaN. Both loops skip only what
-            // is outside the row for the whole warp (a uniform test, not a predicate per lane and
+            // is outside the row for the whole group (a uniform test, not a predicate per lane and
             // element, which pressed the 1-element instantiations into spilling); a lane's slots
             // past the row's end hold -inf, whose exp(x - max) is 0 unless max is -inf, a row of
             // only -inf (or NaN) that is NaN as it is.
-            auto warp_in_row = [&](int k) { return k * 32 < body; };
+            auto warp_in_row = [&](int k) { return k * Lanes < body; };
             C m = -std::numeric_limits<C>::infinity();
             if (edge.present) m = ops::math::fmax(m, edge.value);
 #pragma unroll
@@ -205,7 +217,7 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                 if (warp_in_row(k))
 #pragma unroll
                     for (int j = 0; j < V; ++j) m = ops::math::fmax(m, v[k * V + j]);
-            m = warp_all([](C a, C b) { return ops::math::fmax(a, b); }, m);
+            m = warp_all<Lanes>([](C a, C b) { return ops::math::fmax(a, b); }, m);
             C sum = 0;
             if (edge.present) {
                 sum = op.shifted_exp(edge.value, m);
@@ -220,7 +232,7 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                         sum += e;
                         if constexpr (Op::output_from_exp) v[k * V + j] = e;
                     }
-            sum = warp_all([](C a, C b) { return a + b; }, sum);
+            sum = warp_all<Lanes>([](C a, C b) { return a + b; }, sum);
             const auto f = op.finish_max_sum(m, sum);
             store([&](int i, std::int64_t) { return op.apply_shifted(f, v[i]); }, op.apply_shifted(f, edge.value));
         } else if constexpr (centered_op<Op>) {
@@ -230,14 +242,14 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                 if (in_row(k))
 #pragma unroll
                     for (int j = 0; j < V; ++j) total += v[k * V + j];
-            const C mean = warp_all([](C a, C b) { return a + b; }, total) / C(n);
+            const C mean = warp_all<Lanes>([](C a, C b) { return a + b; }, total) / C(n);
             C squares = edge.present ? (edge.value - mean) * (edge.value - mean) : C(0);
 #pragma unroll
             for (int k = 0; k < vectors; ++k)
                 if (in_row(k))
 #pragma unroll
                     for (int j = 0; j < V; ++j) squares += (v[k * V + j] - mean) * (v[k * V + j] - mean);
-            const auto f = op.centered(mean, warp_all([](C a, C b) { return a + b; }, squares), std::int64_t(n));
+            const auto f = op.centered(mean, warp_all<Lanes>([](C a, C b) { return a + b; }, squares), std::int64_t(n));
             store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); }, op.apply(f, edge.value, std::int64_t(edge.column)));
         } else {
             auto s = edge.present ? op.accumulate(op.identity(), edge.value) : op.identity();
@@ -246,7 +258,7 @@ rows_per_warp(const T* __restrict__ in, T* __restrict__ out, I rows, I cols, Op 
                 if (in_row(k))
 #pragma unroll
                     for (int j = 0; j < V; ++j) s = op.accumulate(s, v[k * V + j]);
-            const auto f = op.finish(warp_broadcast(warp_combine(op, s, 32)), cols);
+            const auto f = op.finish(warp_broadcast<Lanes>(warp_combine(op, s, Lanes)), cols);
             store([&](int i, std::int64_t c) { return op.apply(f, v[i], c); }, op.apply(f, edge.value, std::int64_t(edge.column)));
         }
     }
