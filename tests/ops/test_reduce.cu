@@ -276,15 +276,23 @@ TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every pa
     }
 }
 
-TEST_CASE("var of equal values near the type's largest is 0 in every path", "[ops][reduce]") {
-    // A fold of a vector scales each value before adding (no overflow to inf), as Welford's
-    // per-element update never summed them.
-    const float big = std::numeric_limits<float>::max() * 0.75f;
-    for (std::int64_t n : {3, 4, 8, 1000, 1003}) {
-        const auto x = full<float>({2, n}, big);
-        for (float v : var(x, {1}).to_vector()) CHECK(v == 0.f);
-        for (float v : var(full<float>({n, 3}, big), {0}).to_vector()) CHECK(v == 0.f);  // the column kernel
-        CHECK(var(x).item() == 0.f);
+// A fold of a group scales each value before adding (no overflow to inf), as Welford's
+// per-element update never summed them, and adds the scaled values pairwise, so that equal values
+// give their own value as the mean exactly: 0.1f and 1.1f use all 24 bits of float's significand,
+// and a running sum of 16 of them divided by 16 rounds (var 2e-16, not 0). Lengths take every path:
+// one thread per row (3, 4, 8), a warp (512: a group of 16 per lane), the block (4096, 4099), the
+// column kernel, and the whole tensor.
+TEMPLATE_TEST_CASE("var of equal values is 0 in every path and near the type's largest", "[ops][reduce]", float, double) {
+    using T = TestType;
+    for (const T value : {T(0.1), T(1.1), T(std::numeric_limits<T>::max() * 0.75)}) {
+        for (std::int64_t n : {3, 4, 8, 512, 1000, 1003, 4096, 4099}) {
+            INFO("value " << value << ", n " << n);
+            const auto x = full<T>({2, n}, value);
+            for (double v : var(x, {1}).to_vector()) CHECK(v == 0.0);
+            for (double v : var(full<T>({n, 3}, value), {0}).to_vector()) CHECK(v == 0.0);  // the column kernel
+            CHECK(double(var(x).item()) == 0.0);
+            CHECK(double(stddev(x).item()) == 0.0);
+        }
     }
 }
 

@@ -184,18 +184,28 @@ struct VarianceReducer {
     // N elements at once (a thread's next vector, or its next N strided elements): their own mean
     // and squared deviations in registers, then one merge, where N loads and combines paid N
     // divisions and N conversions of 64-bit counts (38 SASS instructions per fp32 element before;
-    // docs/kernels.md). The mean scales before it adds (1/N is a power of two, exact), so N equal
-    // values near the type's largest keep a variance of 0; an infinity makes a deviation
-    // inf - inf, NaN, as load's x - x does.
+    // docs/kernels.md). The mean scales before it adds (1/N is a power of two, exact) and adds
+    // pairwise, so N equal values (near the type's largest too) keep a variance of 0; an infinity
+    // makes a deviation inf - inf, NaN, as load's x - x does.
     static constexpr bool fold_ignores_positions = true;  // kernels::folds_unordered
     template <int N>
     __host__ __device__ acc_t fold(acc_t a, const T (&x)[N], std::int64_t, std::int64_t) const {
         static_assert((N & (N - 1)) == 0, "1/N must be exact");
         F v[N];
-        F mean = F(0);
-        for (int j = 0; j < N; ++j) {
-            v[j] = cast<F>(x[j]);
-            mean += v[j] * (F(1) / F(N));
+        for (int j = 0; j < N; ++j) v[j] = cast<F>(x[j]);
+        // Pairwise: equal values stay exact at every level (v/16 + v/16 = v/8, ...), where a running
+        // sum of v/16 needs up to 4 bits more than the type has (0.1f: a variance of 2e-16, not 0).
+        // The first level scales both terms (exact: 1/N is a power of two; a multiply and a fused
+        // multiply-add per pair on the GPU).
+        F mean;
+        if constexpr (N == 1) {
+            mean = v[0];
+        } else {
+            F pair[N / 2];
+            for (int j = 0; j < N / 2; ++j) pair[j] = v[j] * (F(1) / F(N)) + v[j + N / 2] * (F(1) / F(N));
+            for (int width = N / 4; width >= 1; width /= 2)
+                for (int j = 0; j < width; ++j) pair[j] += pair[j + width];
+            mean = pair[0];
         }
         F m2 = F(0);
         for (int j = 0; j < N; ++j) m2 += (v[j] - mean) * (v[j] - mean);
