@@ -290,6 +290,18 @@ TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slo
         compare(layer_norm(z), want, 5e-5, 1e-5, "layer_norm");
         if (backend == Backend::sim) CHECK_THAT(testing::last_kernel(), Catch::Contains("rows_per_block"));
     }
+    // bf16 rows past 8 blocks' shared memory (929k values): 16-byte vectors of 8 with ends of up to
+    // 7 before and after; row 1 starts 2 bytes past 16 (7 head elements), its maximum on the first.
+    const std::int64_t cols = 950001;
+    auto v = testing::random_host<__nv_bfloat16>(std::size_t(2 * cols), 9, -10, 10);
+    v.data()[cols] = convert<__nv_bfloat16>(30.0);
+    v.data()[2 * cols - 2] = convert<__nv_bfloat16>(25.0);
+    std::vector<double> xv(v.n);
+    for (std::size_t i = 0; i < v.n; ++i) xv[i] = convert<double>(v.data()[i]);
+    const auto x = from_host<__nv_bfloat16>(v.span(), {2, cols});
+    poison_next<__nv_bfloat16>({2, cols});
+    compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 8e-3, "bf16 softmax");  // one output rounding (2^-8), as above
+    if (backend == Backend::sim) CHECK_THAT(testing::last_kernel(), Catch::Contains("rows_per_block<8, false"));
 }
 
 // Rows of any length move 16 bytes at a time: each row's aligned middle as vectors, the fewer than
@@ -481,13 +493,15 @@ TEST_CASE("a 0-d tensor is one row of one element along axis 0 or -1", "[ops][ro
     CHECK_THROWS_WITH(softmax(x, 1), Catch::Contains("axis 1 out of range for a 0-d tensor"));
 }
 
-TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, __nv_bfloat16,
-                   __half) {
+TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, double,
+                   __nv_bfloat16, __half) {
     using T = TestType;
-    // float: float statistics over up to 6e4 values; bf16 / float16 outputs of magnitude <= ~3 round
-    // to 8 / 11 bits (absolute 2^-7 / 2^-10 at 2-4, with margin).
-    constexpr bool half = std::is_same_v<T, __half>;
-    const double atol = std::is_same_v<T, float> ? 2e-5 : half ? 5e-3 : 3e-2, rtol = std::is_same_v<T, float> ? 1e-5 : half ? 2e-3 : 8e-3;
+    // float: float statistics over up to 6e4 values; double: the same in double (6e4 x 2^-53 x the
+    // values' scale of 10, with margin); bf16 / float16 outputs of magnitude <= ~3 round to 8 / 11
+    // bits (absolute 2^-7 / 2^-10 at 2-4, with margin).
+    constexpr bool half = std::is_same_v<T, __half>, dbl = std::is_same_v<T, double>;
+    const double atol = dbl ? 1e-10 : std::is_same_v<T, float> ? 2e-5 : half ? 5e-3 : 3e-2,
+                 rtol = dbl ? 1e-11 : std::is_same_v<T, float> ? 1e-5 : half ? 2e-3 : 8e-3;
     for (std::int64_t cols : {1, 31, 33, 1000, 1025, 4099, 5000, 60001}) {
         INFO("cols " << cols);
         auto [x, xv] = random_rows<T>({5, cols}, std::uint64_t(cols) + 1, 3, 7);  // mean far from 0
