@@ -406,14 +406,16 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors", "[ops][
 // grid to walk them (2100 on the sim's few blocks); a NaN row, an all -inf row and a row of one
 // large value among them, so that a shuffle crossing from one row's lanes to another's shows;
 // rms_norm (a shuffle-down sum broadcast from the group's first lane) and layer_norm with weights.
-TEMPLATE_TEST_CASE("rows of up to 64 values share a warp", "[ops][rows]", float, __nv_bfloat16) {
+TEMPLATE_TEST_CASE("rows of up to 64 values share a warp", "[ops][rows]", float, double, __nv_bfloat16) {
     using T = TestType;
-    constexpr bool fp32 = std::is_same_v<T, float>;
-    const double rtol = fp32 ? 1e-5 : 8e-3, atol = fp32 ? 2e-5 : 3e-2;
+    constexpr bool fp32 = std::is_same_v<T, float>, dbl = std::is_same_v<T, double>;
+    const double rtol = dbl ? 1e-12 : fp32 ? 1e-5 : 8e-3, atol = dbl ? 1e-12 : fp32 ? 2e-5 : 3e-2;
+    const double u = dbl ? 0x1p-53 : 0x1p-24;  // the statistics' unit roundoff
 #if defined(TESSEL_TEST_UNDER_TSAN)
-    // Every block thread is an OS thread there: one length per lane layout, a part-empty warp and
+    // Every block thread is an OS thread there: one length per lane layout (16: whole vectors on 8
+    // lanes), a part-empty warp and
     // more rows than a block (57 s for the whole set, against 1 s otherwise).
-    const std::vector<std::int64_t> lengths{5, 33}, counts{37, 300};
+    const std::vector<std::int64_t> lengths{5, 16, 33}, counts{37, 300};
 #else
     const std::vector<std::int64_t> lengths{1, 2, 5, 8, 9, 16, 33, 64, 65}, counts{1, 37, 300, 2100};
 #endif
@@ -437,14 +439,15 @@ TEMPLATE_TEST_CASE("rows of up to 64 values share a warp", "[ops][rows]", float,
                 CHECK_THAT(testing::last_kernel(), Catch::Contains(lanes));
             }
             poison_next<T>({rows, cols});
-            compare(log_softmax(x), softmax_ref(xv, cols, true), fp32 ? 2e-5 : 0.1, rtol, "log_softmax");
+            compare(log_softmax(x), softmax_ref(xv, cols, true), dbl ? 1e-12 : fp32 ? 2e-5 : 0.1, rtol, "log_softmax");
             // The norms over finite rows (the same values with rows 3-5 redrawn).
             auto f = testing::random_host<T>(std::size_t(rows * cols), std::uint64_t(rows * 100 + cols + 1), -4, 4);
             auto [w, wv] = random_rows<T>({cols}, 104, 0.5, 1.5);
             auto [b, bv] = random_rows<T>({cols}, 105, -1, 1);
-            // layer_norm's float x - mean carries about u |x| + u |mean| (u = 2^-24), times rstd,
-            // which is large on rows of 2 or 5 close values: its bound is per row, 8 times that
-            // (plus one bf16 rounding of the output).
+            // layer_norm's x - mean carries about u |x| + u |mean|, and the mean its sum's error (at
+            // most about log2(64) u max|x| on the lanes' tree), times rstd, which is large on rows
+            // of 2 or 5 close values: its bound is per row, 8 u (max|x| + |mean|) rstd |w| (plus
+            // one bf16 rounding of the output).
             std::vector<double> rms(f.n), ln(f.n), ln_tol(f.n);
             for (std::int64_t r = 0; r < rows; ++r) {
                 long double sq = 0, m = 0, var = 0;
@@ -455,12 +458,14 @@ TEMPLATE_TEST_CASE("rows of up to 64 values share a warp", "[ops][rows]", float,
                 m /= cols;
                 for (std::int64_t c = 0; c < cols; ++c) var += (convert<double>(f.data()[r * cols + c]) - m) * (convert<double>(f.data()[r * cols + c]) - m);
                 const double rstd = 1 / std::sqrt(double(var / cols) + 1e-5);
+                double largest = 0;
+                for (std::int64_t c = 0; c < cols; ++c) largest = std::max(largest, std::fabs(convert<double>(f.data()[r * cols + c])));
                 for (std::int64_t c = 0; c < cols; ++c) {
                     const double y = convert<double>(f.data()[r * cols + c]);
                     const std::size_t i = std::size_t(r * cols + c);
                     rms[i] = y / std::sqrt(double(sq / cols) + 1e-6) * wv[std::size_t(c)];
                     ln[i] = (y - double(m)) * rstd * wv[std::size_t(c)] + bv[std::size_t(c)];
-                    ln_tol[i] = atol + rtol * std::fabs(ln[i]) + 8 * 0x1p-24 * (std::fabs(y) + std::fabs(double(m))) * rstd * wv[std::size_t(c)];
+                    ln_tol[i] = atol + rtol * std::fabs(ln[i]) + 8 * u * (largest + std::fabs(double(m))) * rstd * wv[std::size_t(c)];
                 }
             }
             const auto z = from_host<T>(f.span(), {rows, cols});
