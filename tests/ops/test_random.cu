@@ -123,3 +123,66 @@ TEST_CASE("uniform values stay below hi where rounding would reach it; ranges an
     Philox near(1, std::numeric_limits<std::uint64_t>::max() - 64);
     CHECK(near.uniform<float>({4}).to_vector() != Philox(1).uniform<float>({4}).to_vector());
 }
+
+// The stream's value e from its Philox words on the host, in double: uniform in [a, b) or normal
+// with mean a and standard deviation b, as random.cuh documents it (not as it computes it: double
+// here, the compute type there).
+template <class T>
+static double stream_value(bool normal, std::uint64_t seed, std::uint64_t e, double a, double b) {
+    constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+    const std::uint64_t blk = e / per_block;
+    const auto r = kernels::philox4x32_10(std::uint32_t(blk), std::uint32_t(blk >> 32), 0, 0, std::uint32_t(seed), std::uint32_t(seed >> 32));
+    double u[4];
+    if constexpr (per_block == 2) {
+        u[0] = double((std::uint64_t(r.w[0]) << 21) ^ (r.w[1] >> 11)) * 0x1p-53;
+        u[1] = double((std::uint64_t(r.w[2]) << 21) ^ (r.w[3] >> 11)) * 0x1p-53;
+    } else {
+        for (int k = 0; k < 4; ++k) u[k] = double(r.w[k] >> 8) * 0x1p-24;
+    }
+    const int k = int(e % per_block);
+    if (!normal) return a + (b - a) * u[k];
+    const int pair = k & ~1;  // Box-Muller on words (0, 1) and (2, 3): cos for the first, sin for the second
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - u[pair])), angle = 2.0 * 3.14159265358979323846 * u[pair + 1];
+    return a + b * radius * (k % 2 == 0 ? std::cos(angle) : std::sin(angle));
+}
+
+TEMPLATE_TEST_CASE("fills equal the stream value by value at any offset and output alignment", "[ops][random]", float, double,
+                   __nv_bfloat16, __half) {
+    // A block of the stream inside the range is one vector store where the output allows it
+    // (random_fill's whole_blocks), element by element elsewhere: every start in the stream and in
+    // the buffer crosses both, and nothing outside the view is written.
+    using T = TestType;
+    const double poison = -7777.0;
+    // Tolerances: uniform a + (b - a) u is one rounding of the compute type (float or double) and
+    // one of T; normal adds logf/sqrtf/sincospif (a few ulp of the compute type each) on a radius of
+    // at most 5.8 (u1 >= 2^-24), so a few ulp of 4 * 5.8.
+    const double unit = std::is_same_v<T, double> ? 0x1p-52 : std::is_same_v<T, float> ? 0x1p-23 : std::is_same_v<T, __half> ? 0x1p-10 : 0x1p-7;
+    const double compute_unit = std::is_same_v<T, double> ? 0x1p-52 : 0x1p-23;
+    for (const bool normal : {false, true}) {
+        const double a = normal ? 0.5 : -1.0, b = normal ? 4.0 : 3.0;
+        for (const std::uint64_t offset : {0, 1, 2, 3, 4, 5, 6, 7, 1 << 20}) {
+            for (const std::int64_t start : {0, 1, 2, 3, 4}) {
+                for (const std::int64_t n : {1, 2, 3, 4, 5, 9, 37, 1001}) {
+                    CAPTURE(normal, offset, start, n);
+                    auto buffer = full<T>({n + 10}, convert<T>(poison));
+                    const std::uint64_t seed = 0x9E3779B97F4A7C15ull + offset;
+                    if (normal) normal_fill(buffer.slice(0, start, start + n), seed, offset, a, b);
+                    else uniform_fill(buffer.slice(0, start, start + n), seed, offset, a, b);
+                    const auto got = buffer.to_vector();
+                    for (std::int64_t i = 0; i < n + 10; ++i) {
+                        const double g = convert<double>(got[std::size_t(i)]);
+                        if (i < start || i >= start + n) {
+                            CHECK(g == convert<double>(convert<T>(poison)));
+                            continue;
+                        }
+                        const double want = stream_value<T>(normal, seed, offset + std::uint64_t(i - start), a, b);
+                        const double tolerance = normal ? std::fabs(want) * unit + 64 * compute_unit * 4 * 5.8 : std::fabs(want) * unit + 4 * compute_unit;
+                        // Uniform values that round up to b become a (torch's rule).
+                        const bool to_lo = !normal && convert<double>(convert<T>(want)) >= b;
+                        CHECK_THAT(g, Catch::Matchers::WithinAbs(to_lo ? a : want, tolerance));
+                    }
+                }
+            }
+        }
+    }
+}

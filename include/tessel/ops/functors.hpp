@@ -51,6 +51,10 @@ __host__ __device__ inline double pow(double x, double y) { return ::pow(x, y); 
 // The larger of two numbers, a NaN ignored (one FMNMX; ops::Maximum propagates NaN in three).
 __host__ __device__ inline float fmax(float x, float y) { return ::fmaxf(x, y); }
 __host__ __device__ inline double fmax(double x, double y) { return ::fmax(x, y); }
+// sin(pi x) and cos(pi x) at once: no Payne-Hanek reduction (the slow path with a stack frame that
+// sin/cos keep for large arguments), since multiples of pi are taken out exactly.
+__host__ __device__ inline void sincospi(float x, float* s, float* c) { ::sincospif(x, s, c); }
+__host__ __device__ inline void sincospi(double x, double* s, double* c) { ::sincospi(x, s, c); }
 __host__ __device__ inline float fmod(float x, float y) { return ::fmodf(x, y); }
 __host__ __device__ inline double fmod(double x, double y) { return ::fmod(x, y); }
 }  // namespace math

@@ -255,6 +255,16 @@ inline int __float2int_rz(float x) { return int(x); }
 inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
 inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
 inline float exp10f(float x) { return std::pow(10.0f, x); }
+// sin(pi x) and cos(pi x): x reduced to [-1, 1] first (exact), so pi x keeps its accuracy.
+inline void sincospi(double x, double* s, double* c) {
+    const double r = x - 2.0 * std::nearbyint(x / 2.0), a = 3.14159265358979323846 * r;
+    *s = std::sin(a), *c = std::cos(a);
+}
+inline void sincospif(float x, float* s, float* c) {
+    double ds, dc;
+    sincospi(double(x), &ds, &dc);
+    *s = float(ds), *c = float(dc);
+}
 // CUDA's unqualified min/max overloads for the arithmetic types.
 template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
 inline T min(T a, T b) { return b < a ? b : a; }
