@@ -552,3 +552,73 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "
     CHECK_THROWS_WITH(softmax(x, 2), Catch::Contains("axis 2 out of range"));
     CHECK(softmax(empty<T>({0, 8})).numel() == 0);
 }
+
+// fp8 rows (e4m3, e5m2: 16 values a 16-byte vector) on every path: a thread per row (3, 8), 8
+// lanes (37; 16 and 64 whole vectors), a warp (100 and 777 with ends, 1024 whole), a block (1025,
+// 5000), a cluster (250001 bytes: over one block's 227 KiB) and two reads (1900001 bytes: over 8
+// blocks' shared memory; groups of 2 vectors there), each from an input at its buffer's
+// start and one element in (one element at a time). Statistics in float; each output is one fp8
+// rounding of a float value: relative 2^-4 (e4m3, 3 mantissa bits) or 2^-3 (e5m2), and below the
+// smallest normal the subnormal step (2^-9, 2^-16). e4m3 has no infinity (a cast saturates), so
+// the special value is a NaN.
+TEMPLATE_TEST_CASE("fp8 rows on every path", "[ops][rows][slow_under_tsan]", __nv_fp8_e4m3, __nv_fp8_e5m2) {
+    using T = TestType;
+    constexpr int V = 16;
+    constexpr bool e4m3 = std::is_same_v<T, __nv_fp8_e4m3>;
+    const double rtol = (e4m3 ? 0x1p-4 : 0x1p-3) + 1e-4, atol = e4m3 ? 0x1p-9 : 1e-4;
+    for (std::int64_t cols : {3, 8, 16, 37, 64, 100, 777, 1024, 1025, 5000, 250001, 1900001}) {
+        const std::int64_t rows = cols > 1000000 ? 1 : cols > 5000 ? 2 : 7;
+        for (std::int64_t offset : {0, 1}) {
+            INFO("cols " << cols << ", input " << offset << " elements into its buffer");
+            auto values = testing::random_host<T>(std::size_t(rows * cols + offset), std::uint64_t(cols * 3 + offset), -4, 4);
+            T* h = values.data() + offset;
+            if (rows > 2) h[1 * cols + cols / 2] = convert<T>(NAN);  // row 1: a NaN
+            // Row 0's maximum near its end (in its last vector or its tail), large enough to hold
+            // all of the sum (e^28 against 1.9M e^4): a pass that missed it is off by that much,
+            // where losing a few values of [-4, 4] hides in fp8's rounding.
+            h[cols - 2 + (cols < 2)] = convert<T>(32.0);
+            std::vector<double> xv(std::size_t(rows * cols));
+            for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = convert<double>(h[i]);
+            const auto x = from_host<T>(values.span(), {rows * cols + offset}).narrow(0, offset, rows * cols).view({rows, cols});
+            poison_next<T>({rows, cols});
+            compare(softmax(x), softmax_ref(xv, cols, false), atol, rtol, "softmax");
+            if (backend == Backend::sim) {
+                const bool whole = cols % V == 0 && offset == 0, vector = offset == 0 && (whole || cols > 64);
+                const int w = vector ? V : 1, few = std::max(8, w);
+                const std::string want = cols <= 8    ? "rows_per_warp<1, 8, 1, false,"
+                                         : cols <= 64 ? "rows_per_warp<8, " + std::to_string(few) + ", " + std::to_string(w) + ", false,"
+                                         : cols <= 1024
+                                             ? "rows_per_warp<32, " + std::to_string(cols <= 256 ? few : 32) + ", " + std::to_string(w) +
+                                                   (vector && !whole ? ", true," : ", false,")
+                                         : cols > 1000000 ? "rows_per_block<" + std::to_string(w) + ", false,"
+                                             : (cols > 200000 ? "rows_per_cluster<" : "rows_per_block<") + std::to_string(w) + ",";
+                CHECK_THAT(testing::last_kernel(), Catch::Contains(want));
+            }
+            poison_next<T>({rows, cols});
+            compare(log_softmax(x), softmax_ref(xv, cols, true), atol, rtol, "log_softmax");
+            // The norms over finite rows.
+            auto f = testing::random_host<T>(std::size_t(rows * cols + offset), std::uint64_t(cols * 3 + offset + 1), -4, 4);
+            const auto z = from_host<T>(f.span(), {rows * cols + offset}).narrow(0, offset, rows * cols).view({rows, cols});
+            auto [w, wv] = random_rows<T>({cols}, 106, 0.5, 1.5);
+            auto [b, bv] = random_rows<T>({cols}, 107, -1, 1);
+            std::vector<double> rms(std::size_t(rows * cols)), ln(rms.size());
+            for (std::int64_t r = 0; r < rows; ++r) {
+                const T* row = f.data() + offset + r * cols;
+                long double sq = 0, m = 0, var = 0;
+                for (std::int64_t c = 0; c < cols; ++c) sq += convert<double>(row[c]) * convert<double>(row[c]), m += convert<double>(row[c]);
+                m /= cols;
+                for (std::int64_t c = 0; c < cols; ++c) var += (convert<double>(row[c]) - m) * (convert<double>(row[c]) - m);
+                for (std::int64_t c = 0; c < cols; ++c) {
+                    const double y = convert<double>(row[c]);
+                    const std::size_t i = std::size_t(r * cols + c);
+                    rms[i] = y / std::sqrt(double(sq / cols) + 1e-6) * wv[std::size_t(c)];
+                    ln[i] = (y - double(m)) / std::sqrt(double(var / cols) + 1e-5) * wv[std::size_t(c)] + bv[std::size_t(c)];
+                }
+            }
+            poison_next<T>({rows, cols});
+            compare(rms_norm(z, w), rms, atol, rtol, "rms_norm with weight");
+            poison_next<T>({rows, cols});
+            compare(layer_norm(z, w, b), ln, atol, rtol, "layer_norm with weight and bias");
+        }
+    }
+}

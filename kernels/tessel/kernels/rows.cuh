@@ -325,7 +325,7 @@ __device__ typename Op::stats_t fold_group(const Op& op, typename Op::stats_t s,
 #pragma unroll
             for (int j = 0; j < V; ++j) total += ops::cast<C>(p[u].v[j]);
         const std::int64_t n = std::int64_t(count) * V;
-        const C mean = total / C(n);  // n is a power of two: Unroll * V or V
+        const C mean = total / C(n);  // n is a power of two: Unroll * V or V (or 1, an edge element)
         C squares = 0;
         for (int u = 0; u < count; ++u)
 #pragma unroll
@@ -501,7 +501,9 @@ __global__ void __launch_bounds__(1024) rows_per_block(const T* __restrict__ in,
                 const ops::Packed<C, 1> e{{edge.value}};
                 s = fold_group(op, s, &e, 1);
             }
-            visit_vectors<4>(x, n, t, threads, [&](const P* p, int count, I, I) { s = fold_group(op, s, p, count); });
+            // Groups of 32 values at most: 4 vectors of fp8 (64 floats in flight) spilled under the
+            // 64 registers of a 1024-thread block.
+            visit_vectors<(V > 8 ? 32 / V : 4)>(x, n, t, threads, [&](const P* p, int count, I, I) { s = fold_group(op, s, p, count); });
             s = block_combine(op, s, across_warps);
             const auto f = [&] {
                 if constexpr (shifted_exp_op<Op>) return op.finish_max_sum(s.max, s.sum);
