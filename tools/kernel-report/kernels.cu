@@ -119,7 +119,7 @@ void every_family(Tensor<T>& d, const Tensor<T>& a, unsigned* found) {
 }
 
 // The dtypes the benchmarks and the PyTorch comparison use; int8 and double stand for the 1- and
-// 8-byte element sizes.
+// 8-byte element sizes (fp8 for the rows).
 void instantiate(unsigned* found) {
     auto f32 = tessel::empty<float>({1, 1});
     auto f16 = tessel::empty<__half>({1, 1});
@@ -133,6 +133,9 @@ void instantiate(unsigned* found) {
     every_family(f64, f64, found);
     every_family(i32, i32, found);
     copies(i8);
+    // fp8 rows: the only row kernels of 16 values a vector (their two-read path once spilled).
+    auto f8 = tessel::empty<__nv_fp8_e4m3>({1, 1});
+    rows(f8, f8, f8);
     cast(bf16, f32);
     cast(f32, bf16);
     map(1, nullptr, nullptr);
