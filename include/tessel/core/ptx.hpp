@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernel.hpp"
 
@@ -85,7 +86,10 @@ __device__ __forceinline__ std::uint32_t cvt_rna_tf32(float x) {
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
     return r;
 #else
-    return 0;
+    // No cvt.rna.tf32 before sm_80: the same rounding on the bits (infinity and NaN kept).
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return (u & 0x7f800000u) == 0x7f800000u ? u : (u + 0x1000u) & 0xffffe000u;
 #endif
 }
 
@@ -118,7 +122,7 @@ __device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[N], const void* row 
     static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 matrices");
 #if defined(TESSEL_BACKEND_SIM)
     sim::warp::ldmatrix<N, Trans>(r, row, where);
-#elif defined(__CUDA_ARCH__)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
     const std::uint32_t a = smem_address(row);
     if constexpr (N == 1 && !Trans) asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a));
     if constexpr (N == 1 && Trans) asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a));
@@ -134,8 +138,21 @@ __device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[N], const void* row 
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(a));
+#else
+    (void)r, (void)row;
+    TESSEL_PTX_UNAVAILABLE();  // ldmatrix needs sm_75
 #endif
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800 && !defined(TESSEL_BACKEND_SIM)
+// Before sm_80 there is no cp.async: the same copy done at once (src_bytes read, the rest of the
+// destination zeroed), so that the commit and wait that follow have nothing left to wait for.
+__device__ __forceinline__ void copy_now(void* smem_dst, const void* gmem_src, unsigned bytes, unsigned src_bytes) {
+    auto* d = static_cast<unsigned char*>(smem_dst);
+    const auto* s = static_cast<const unsigned char*>(gmem_src);
+    for (unsigned i = 0; i < bytes; ++i) d[i] = i < src_bytes ? s[i] : 0;
+}
+#endif
 
 // cp.async.cg.shared.global: 16 bytes from global to shared memory, asynchronously (bypassing L1).
 // With src_bytes < 16 only that many are read and the rest are zero-filled (0: a predicated-off
@@ -146,6 +163,8 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem_dst)), "l"(gmem_src), "r"(src_bytes)
                  : "memory");
+#elif defined(__CUDA_ARCH__)
+    copy_now(smem_dst, gmem_src, 16, src_bytes);
 #endif
 }
 
@@ -156,6 +175,8 @@ __device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src,
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem_dst)), "l"(gmem_src), "r"(src_bytes)
                  : "memory");
+#elif defined(__CUDA_ARCH__)
+    copy_now(smem_dst, gmem_src, 4, src_bytes);
 #endif
 }
 
