@@ -53,12 +53,8 @@ inline const std::vector<Field>& fields() {
         {"compute_cap", "", [](int, const P& p, const R&) { return std::optional<std::string>(p.compute_capability()); }},
         {"memory.total", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_total_bytes, MiB); }},
         {"memory.used", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_used_bytes, MiB); }},
-        {"memory.free", "MiB",
-         [=](int, const P&, const R& r) {
-             return r.memory_total_bytes && r.memory_used_bytes
-                        ? std::optional<std::string>(number(double(*r.memory_total_bytes - *r.memory_used_bytes) * MiB, 0))
-                        : std::nullopt;
-         }},
+        {"memory.free", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_free_bytes, MiB); }},
+        {"memory.reserved", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_reserved_bytes, MiB); }},
         {"temperature.gpu", "", [](int, const P&, const R& r) { return as_text(r.temperature_c); }},
         {"power.draw", "W", [](int, const P&, const R& r) { return as_text(r.power_w, 1, 2); }},
         {"power.limit", "W", [](int, const P&, const R& r) { return as_text(r.power_limit_w, 1, 2); }},
@@ -195,7 +191,8 @@ inline void print_processes() {
     int rows = 0;
     for (int i = 0; i < tessel::device_count(); ++i)
         for (const auto& p : tessel::nvml::processes(tessel::Device{i})) {
-            std::printf("%-4d %-8u %8.0f MiB %6s %6s\n", i, p.pid, double(p.memory_bytes) / (1 << 20),
+            const std::string memory = p.memory_bytes ? number(double(*p.memory_bytes) / (1 << 20), 0) + " MiB" : "N/A";
+            std::printf("%-4d %-8u %12s %6s %6s\n", i, p.pid, memory.c_str(),
                         p.sm_utilization_pct ? (std::to_string(*p.sm_utilization_pct) + "%").c_str() : "-",
                         p.memory_utilization_pct ? (std::to_string(*p.memory_utilization_pct) + "%").c_str() : "-");
             ++rows;

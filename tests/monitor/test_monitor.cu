@@ -75,6 +75,24 @@ TEST_CASE("NVML readings: memory, processes, utilisation, power, temperature, cl
     REQUIRE(me != procs.end());
     CHECK(me->memory_bytes == *r.memory_used_bytes);  // every simulated byte is this process's
     CHECK(*r.memory_total_bytes == props.total_memory);
+    // memory.used/free/reserved as nvidia-smi's (NVML's _v2 reading): the driver's reserve apart.
+    // The older entry point counts it in used; a _v2 call with another struct version is refused.
+    REQUIRE(r.memory_reserved_bytes);
+    REQUIRE(r.memory_free_bytes);
+    CHECK(*r.memory_reserved_bytes == *r.memory_total_bytes / 256);
+    CHECK(*r.memory_used_bytes + *r.memory_free_bytes + *r.memory_reserved_bytes == *r.memory_total_bytes);
+    {
+        const auto& api = tessel::nvml::api();
+        tessel::nvml::abi::nvmlDevice_t h = nullptr;
+        REQUIRE(api.handle_by_index(0, &h) == tessel::nvml::abi::NVML_SUCCESS);
+        tessel::nvml::abi::nvmlMemory_t v1{};
+        REQUIRE(api.memory_info(h, &v1) == tessel::nvml::abi::NVML_SUCCESS);
+        CHECK(v1.used == *r.memory_used_bytes + *r.memory_reserved_bytes);
+        CHECK(v1.free == *r.memory_free_bytes);
+        tessel::nvml::abi::nvmlMemory_v2_t v2{};
+        v2.version = 1u << 24 | unsigned(sizeof v2);
+        CHECK(api.memory_info_v2(h, &v2) == tessel::nvml::abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    }
     CHECK(!r.pcie_generation);  // integrated: NVML_ERROR_NOT_SUPPORTED, so absent
     // The model: busy streams read as utilisation, power follows it, the temperature stays in range.
     std::this_thread::sleep_for(std::chrono::milliseconds(60));

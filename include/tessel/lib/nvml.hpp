@@ -48,7 +48,7 @@ inline const Loaded& loaded() {
              s::nvmlDeviceGetProcessUtilization, s::nvmlDeviceGetClockInfo, s::nvmlDeviceGetMaxClockInfo,
              s::nvmlDeviceGetCurrentClocksEventReasons, s::nvmlDeviceGetTotalEccErrors, s::nvmlDeviceGetCurrPcieLinkGeneration,
              s::nvmlDeviceGetCurrPcieLinkWidth, s::nvmlEventSetCreate, s::nvmlDeviceRegisterEvents, s::nvmlEventSetWait_v2,
-             s::nvmlEventSetFree, s::nvmlSystemGetDriverVersion};
+             s::nvmlEventSetFree, s::nvmlSystemGetDriverVersion, s::nvmlDeviceGetMemoryInfo_v2};
 #else
         void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
@@ -66,6 +66,7 @@ inline const Loaded& loaded() {
         resolve(lib, a.enforced_power_limit, "nvmlDeviceGetEnforcedPowerLimit");
         resolve(lib, a.utilization_rates, "nvmlDeviceGetUtilizationRates");
         resolve(lib, a.memory_info, "nvmlDeviceGetMemoryInfo");
+        resolve(lib, a.memory_info_v2, "nvmlDeviceGetMemoryInfo_v2");
         resolve(lib, a.compute_running_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
         resolve(lib, a.process_utilization, "nvmlDeviceGetProcessUtilization");
         resolve(lib, a.clock_info, "nvmlDeviceGetClockInfo");
@@ -177,7 +178,9 @@ struct DeviceReading {
     std::optional<double> power_w, power_limit_w;
     std::optional<unsigned> gpu_utilization_pct;        // the share of the last sample period a kernel ran
     std::optional<unsigned> memory_utilization_pct;     // the share the memory controller was busy
-    std::optional<std::uint64_t> memory_used_bytes, memory_total_bytes;
+    // As nvidia-smi's memory.used/free/reserved (NVML's _v2 reading: the driver's reserved memory
+    // apart); with a driver older than 510, used includes it and reserved is absent.
+    std::optional<std::uint64_t> memory_used_bytes, memory_total_bytes, memory_free_bytes, memory_reserved_bytes;
     std::optional<unsigned> sm_clock_mhz, memory_clock_mhz, sm_clock_max_mhz, memory_clock_max_mhz;
     std::optional<std::uint64_t> clock_event_reasons;   // ClockReason bits
     std::optional<std::uint64_t> ecc_corrected, ecc_uncorrected;  // volatile counts (since the driver loaded)
@@ -197,7 +200,13 @@ inline DeviceReading read(Device d) {
     if (auto mw = query<unsigned>(a.power_usage, h)) r.power_w = *mw / 1000.0;
     if (auto mw = query<unsigned>(a.enforced_power_limit, h)) r.power_limit_w = *mw / 1000.0;
     if (auto u = query<abi::nvmlUtilization_t>(a.utilization_rates, h)) r.gpu_utilization_pct = u->gpu, r.memory_utilization_pct = u->memory;
-    if (auto m = query<abi::nvmlMemory_t>(a.memory_info, h)) r.memory_used_bytes = m->used, r.memory_total_bytes = m->total;
+    abi::nvmlMemory_v2_t m2{};
+    m2.version = abi::nvmlMemory_v2;
+    if (a.memory_info_v2 && a.memory_info_v2(h, &m2) == abi::NVML_SUCCESS) {
+        r.memory_used_bytes = m2.used, r.memory_total_bytes = m2.total, r.memory_free_bytes = m2.free, r.memory_reserved_bytes = m2.reserved;
+    } else if (auto m = query<abi::nvmlMemory_t>(a.memory_info, h)) {
+        r.memory_used_bytes = m->used, r.memory_total_bytes = m->total, r.memory_free_bytes = m->free;
+    }
     r.sm_clock_mhz = query<unsigned>(a.clock_info, h, abi::NVML_CLOCK_SM);
     r.memory_clock_mhz = query<unsigned>(a.clock_info, h, abi::NVML_CLOCK_MEM);
     r.sm_clock_max_mhz = query<unsigned>(a.max_clock_info, h, abi::NVML_CLOCK_SM);
@@ -213,7 +222,7 @@ inline DeviceReading read(Device d) {
 // A process using a device, as nvidia-smi's process table shows it.
 struct ProcessReading {
     unsigned pid = 0;
-    std::uint64_t memory_bytes = 0;
+    std::optional<std::uint64_t> memory_bytes;  // absent where NVML has no figure (NVML_VALUE_NOT_AVAILABLE)
     std::optional<unsigned> sm_utilization_pct, memory_utilization_pct;  // its latest sample, where NVML has one
 };
 
@@ -232,7 +241,11 @@ inline std::vector<ProcessReading> processes(Device d) {
             continue;
         }
         if (s != abi::NVML_SUCCESS) return out;
-        for (unsigned i = 0; i < count; ++i) out.push_back({infos[i].pid, infos[i].usedGpuMemory, std::nullopt, std::nullopt});
+        for (unsigned i = 0; i < count; ++i) {
+            const unsigned long long bytes = infos[i].usedGpuMemory;
+            out.push_back({infos[i].pid, bytes == abi::NVML_VALUE_NOT_AVAILABLE ? std::nullopt : std::optional<std::uint64_t>(bytes),
+                           std::nullopt, std::nullopt});
+        }
         break;
     }
     if (a.process_utilization && !out.empty()) {

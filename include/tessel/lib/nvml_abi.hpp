@@ -21,6 +21,7 @@ inline constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
 inline constexpr nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED = 9;
 inline constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
 inline constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
+inline constexpr nvmlReturn_t NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25;
 inline constexpr nvmlReturn_t NVML_ERROR_UNKNOWN = 999;
 
 struct nvmlDevice_st;
@@ -28,9 +29,19 @@ using nvmlDevice_t = nvmlDevice_st*;
 struct nvmlEventSet_st;
 using nvmlEventSet_t = nvmlEventSet_st*;
 
+// nvmlDeviceGetMemoryInfo's: used counts the driver's reserved memory too.
 struct nvmlMemory_t {
     unsigned long long total, free, used;  // bytes
 };
+// nvmlDeviceGetMemoryInfo_v2's (driver 510 on), as nvidia-smi reports it: reserved apart, used without it.
+struct nvmlMemory_v2_t {
+    unsigned int version;  // nvmlMemory_v2
+    unsigned long long total, reserved, free, used;  // bytes
+};
+// NVML_STRUCT_VERSION(Memory, 2): the struct's size and its version in the top byte.
+inline constexpr unsigned nvmlMemory_v2 = unsigned(sizeof(nvmlMemory_v2_t)) | (2u << 24);
+// A 64-bit reading NVML does not have (a process's memory under WDDM).
+inline constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE = ~0ull;
 struct nvmlUtilization_t {
     unsigned int gpu, memory;  // percent of the last sample period
 };
@@ -84,6 +95,7 @@ struct Api {
     nvmlReturn_t (*event_set_wait)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;  // nvmlEventSetWait_v2, timeout in ms
     nvmlReturn_t (*event_set_free)(nvmlEventSet_t) = nullptr;
     nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;  // nvmlSystemGetDriverVersion
+    nvmlReturn_t (*memory_info_v2)(nvmlDevice_t, nvmlMemory_v2_t*) = nullptr;  // nvmlDeviceGetMemoryInfo_v2
 };
 
 }  // namespace tessel::nvml::abi

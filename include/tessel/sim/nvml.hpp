@@ -1,6 +1,8 @@
 // The sim's stand-in for the NVML entry points tessel calls (lib/nvml_abi.hpp's Api), with NVML's
 // return codes and units, reading the simulated devices:
-//  - memory: the sim allocator's capacity and use (all of it this process's, as one process entry);
+//  - memory: the sim allocator's capacity and use (all of it this process's, as one process entry),
+//    and 1/256 of the capacity reserved, as a driver reserves some (nvmlDeviceGetMemoryInfo's used
+//    counts it, _v2's has it apart, as on a GPU);
 //  - utilisation: the share of wall time the device's streams ran device work (kernels, copies,
 //    fills, the library stand-ins' products), over the window since the previous reading (at least
 //    50 ms; NVML's own period is 1/6 to 1 s); memory utilisation is reported equal to it;
@@ -32,6 +34,7 @@ TESSEL_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* m
 TESSEL_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned* milliwatts);
 TESSEL_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization);
 TESSEL_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
+TESSEL_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 TESSEL_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned* count, nvmlProcessInfo_t* infos);
 TESSEL_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned* count,
                                                         unsigned long long last_seen);
@@ -169,6 +172,7 @@ TESSEL_API const char* nvmlErrorString(nvmlReturn_t r) {
         case NVML_ERROR_NOT_FOUND: return "Not Found";
         case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
         case NVML_ERROR_TIMEOUT: return "Timeout";
+        case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
         default: return "Unknown Error";
     }
 }
@@ -238,7 +242,22 @@ TESSEL_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
     std::lock_guard lk(api::detail::rt().m);
     const SimDevice& d = api::detail::rt().devices[std::size_t(i)];
-    *memory = {d.capacity, d.capacity - d.used, d.used};
+    const unsigned long long reserved = d.capacity / 256, used = std::min<unsigned long long>(d.used + reserved, d.capacity);
+    *memory = {d.capacity, d.capacity - used, used};
+    return NVML_SUCCESS;
+}
+
+TESSEL_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+    TESSEL_SIM_NVML_DEVICE(device, i)
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    std::lock_guard lk(api::detail::rt().m);
+    const SimDevice& d = api::detail::rt().devices[std::size_t(i)];
+    const unsigned long long reserved = d.capacity / 256;
+    memory->total = d.capacity;
+    memory->reserved = reserved;
+    memory->used = d.used;
+    memory->free = d.capacity - std::min<unsigned long long>(d.used + reserved, d.capacity);
     return NVML_SUCCESS;
 }
 
