@@ -238,6 +238,7 @@ TEST_CASE("matmul reports its path, follows the process policy, and uses the poo
     CHECK(tessel::sim::cublas::gemm_calls() == before + 1);
     cublasHandle_t h = tessel::cublas::handle(tessel::current_device(), tessel::current_stream().handle());
     CHECK(tessel::sim::cublas::workspace_bytes(h) == tessel::cublas::workspace_bytes(tessel::current_device()));
+    CHECK(!tessel::sim::cublas::uses_own_pool(h));  // the workspace set after the stream, not cuBLAS's pool
 #endif
 }
 

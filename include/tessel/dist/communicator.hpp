@@ -228,7 +228,7 @@ public:
     void all_reduce(const Tensor<T>& t, ReduceOp op = ReduceOp::sum, std::optional<rt::stream_t> stream = std::nullopt) const {
         check_op<T>(op, "all_reduce");
         run<T>(Header{1, int(op), t.numel()}, "all_reduce", "ncclAllReduce", stream, {&t}, {&t}, [&](rt::stream_t s) {
-            return nccl::api::ncclAllReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm, s);
+            return nccl::api::ncclAllReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op<T>(op), s_->comm, s);
         });
     }
     // t = root's t, on every rank.
@@ -246,7 +246,7 @@ public:
         check_rank(root, "reduce", "root");
         check_op<T>(op, "reduce");
         run<T>(Header{3, root * 8 + int(op), t.numel()}, "reduce", "ncclReduce", stream, {&t}, {&t}, [&](rt::stream_t s) {
-            return nccl::api::ncclReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op(op), root, s_->comm, s);
+            return nccl::api::ncclReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op<T>(op), root, s_->comm, s);
         });
     }
     // out = every rank's in, concatenated in rank order (out has size() times in's elements).
@@ -269,7 +269,7 @@ public:
                 out.defined() ? out.numel() : 0, " elements (a block per rank), not ", in.defined() ? in.numel() : 0);
         check_in_place("reduce_scatter", in, out, rank() * out.numel(), "out = block rank() of in");
         run<T>(Header{5, int(op), out.numel()}, "reduce_scatter", "ncclReduceScatter", stream, {&in, &out}, {&out}, [&](rt::stream_t s) {
-            return nccl::api::ncclReduceScatter(in.data(), out.data(), std::size_t(out.numel()), nccl::data_type<T>(), nccl_op(op), s_->comm, s);
+            return nccl::api::ncclReduceScatter(in.data(), out.data(), std::size_t(out.numel()), nccl::data_type<T>(), nccl_op<T>(op), s_->comm, s);
         });
     }
     // Block j of out = block rank() of rank j's in (size() equal blocks each), as torch's
@@ -342,7 +342,15 @@ private:
             watchdog.join();
             if (!aborted && !drain()) abort("destroyed with a collective pending");
             pending.clear();
-            if (!aborted) (void)nccl::api::ncclCommDestroy(comm);  // ncclCommAbort already freed it
+            if (aborted) return;  // ncclCommAbort already freed it
+            // A communicator that holds an error (a failed call, a peer lost) is aborted: NCCL's
+            // destroy returns that error at once, leaking the communicator and leaving this thread
+            // inside the group it opened.
+            nccl::api::ncclResult_t r{};
+            const bool failed = nccl::api::ncclCommGetAsyncError(comm, &r) != nccl::api::ncclResult_t(0) ||
+                                (int(r) != 0 && int(r) != nccl::in_progress);
+            if (failed) (void)nccl::api::ncclCommAbort(comm);
+            else (void)nccl::api::ncclCommDestroy(comm);
         }
         // Whether every pending call completed (or failed) by its deadline; the watchdog has stopped.
         bool drain() {
@@ -368,6 +376,7 @@ private:
             return major * 10 + minor;
         }
         void abort(const std::string& why) {
+            std::lock_guard calls(nccl_calls);  // no ncclCommGetAsyncError in flight on another thread
             {
                 std::lock_guard lk(m);
                 if (aborted) return;
@@ -375,6 +384,16 @@ private:
                 reason = why;
             }
             (void)nccl::api::ncclCommAbort(comm);
+        }
+        // ncclCommGetAsyncError, unless the watchdog aborted (and so freed) the communicator: false then.
+        bool async_error(nccl::api::ncclResult_t& r) {
+            std::lock_guard calls(nccl_calls);
+            {
+                std::lock_guard lk(m);
+                if (aborted) return false;
+            }
+            nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
+            return true;
         }
         // `pending`: what may still be in progress on a non-blocking communicator, for the timeout's message.
         void check(const char* pending = "a group of calls", std::source_location where = std::source_location::current()) {
@@ -387,7 +406,7 @@ private:
                                        where);
             }
             nccl::api::ncclResult_t r{};
-            nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
+            if (!async_error(r)) return check(pending, where);  // aborted meanwhile: its error
             // A non-blocking communicator's last group may still be under way: NCCL takes no new
             // call until it settles.
             for (const auto deadline = std::chrono::steady_clock::now() + options.timeout; int(r) == nccl::in_progress;) {
@@ -396,7 +415,7 @@ private:
                     return check(pending, where);
                 }
                 std::this_thread::sleep_for(std::chrono::microseconds(200));
-                nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
+                if (!async_error(r)) return check(pending, where);
             }
             nccl::check(r, (std::string(pending) + " or an earlier call (ncclCommGetAsyncError)").c_str(), comm);
         }
@@ -433,6 +452,7 @@ private:
         Tensor<float> barrier_buffer;
         std::shared_ptr<TcpStore> store;  // from_env: rank 0 serves it for the job's life
         bool one_thread_group = false;    // create_local with several ranks: split would deadlock
+        std::mutex nccl_calls;  // abort against this thread's polling: NCCL calls on one communicator are not thread-safe
         std::mutex m;  // the members below
         std::condition_variable cv;
         bool stopping = false, aborted = false;
@@ -443,7 +463,16 @@ private:
 
     explicit Communicator(std::shared_ptr<State> s) : s_(std::move(s)) {}
 
-    static nccl::api::ncclRedOp_t nccl_op(ReduceOp op) { return nccl::api::ncclRedOp_t(int(op)); }  // sum, prod, max, min, avg: NCCL's order
+    // sum, prod, max, min, avg: NCCL's order. bool travels as int8, so sum and prod become max and
+    // min there (logical or and and, as torch maps them): a byte of 2 would not be a bool.
+    template <class T>
+    static nccl::api::ncclRedOp_t nccl_op(ReduceOp op) {
+        if constexpr (std::is_same_v<T, bool>) {
+            if (op == ReduceOp::sum) op = ReduceOp::max;
+            else if (op == ReduceOp::prod) op = ReduceOp::min;
+        }
+        return nccl::api::ncclRedOp_t(int(op));
+    }
 
     template <class T>
     void check_op(ReduceOp op, const char* call) const {

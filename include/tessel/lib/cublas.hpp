@@ -155,7 +155,9 @@ inline cublasHandle_t handle(Device device, rt::stream_t stream) {
     }
     check(api::cublasSetStream_v2(h, stream), "cublasSetStream");
     const detail::HandlePool::Workspace ws = detail::workspace(h, device, stream);
-    if (ws.bytes) check(api::cublasSetWorkspace_v2(h, ws.data, ws.bytes), "cublasSetWorkspace");
+    // cublasSetStream gave the handle back cuBLAS's own pool (its cudaMalloc, outside the caching
+    // allocator): a configured size of 0 sets no workspace at all, not that pool.
+    check(api::cublasSetWorkspace_v2(h, ws.data, ws.bytes), "cublasSetWorkspace");
     return h;
 }
 

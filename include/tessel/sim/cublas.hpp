@@ -21,6 +21,7 @@ struct cublasContext {
     cudaStream_t stream = nullptr;
     void* workspace = nullptr;
     std::size_t workspace_bytes = 0;
+    bool own_pool = true;  // cuBLAS's own workspace (its cudaMalloc), until cublasSetWorkspace
     cublasMath_t math = CUBLAS_DEFAULT_MATH;
 };
 
@@ -44,6 +45,9 @@ TESSEL_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cubl
 TESSEL_API std::uint64_t gemm_calls();
 // The workspace the handle last ran with (tests check the per-stream workspace reached the library).
 TESSEL_API std::size_t workspace_bytes(cublasHandle_t handle);
+// Whether the handle would run with cuBLAS's own pool (memory outside the caching allocator): after
+// cublasSetStream, until cublasSetWorkspace.
+TESSEL_API bool uses_own_pool(cublasHandle_t handle);
 
 }  // namespace tessel::sim::cublas
 
@@ -270,6 +274,7 @@ TESSEL_API cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t
     // its own pool until the next cublasSetWorkspace).
     handle->workspace = nullptr;
     handle->workspace_bytes = 0;
+    handle->own_pool = true;
     return CUBLAS_STATUS_SUCCESS;
 }
 TESSEL_API cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
@@ -284,6 +289,7 @@ TESSEL_API cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* wor
     if (reinterpret_cast<std::uintptr_t>(workspace) % 256 != 0) return CUBLAS_STATUS_INVALID_VALUE;  // documented alignment
     handle->workspace = workspace;
     handle->workspace_bytes = bytes;
+    handle->own_pool = false;  // (nullptr, 0) too: no workspace at all
     return CUBLAS_STATUS_SUCCESS;
 }
 TESSEL_API cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
@@ -359,6 +365,7 @@ TESSEL_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cubl
 
 TESSEL_API std::uint64_t gemm_calls() { return detail::gemm_count().load(std::memory_order_relaxed); }
 TESSEL_API std::size_t workspace_bytes(cublasHandle_t handle) { return handle ? handle->workspace_bytes : 0; }
+TESSEL_API bool uses_own_pool(cublasHandle_t handle) { return handle && handle->own_pool; }
 
 }  // namespace tessel::sim::cublas
 #endif  // TESSEL_DEFINE_RUNTIME

@@ -72,6 +72,8 @@ TESSEL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
 TESSEL_API ncclResult_t ncclCommDestroy(ncclComm_t comm);
 TESSEL_API ncclResult_t ncclCommAbort(ncclComm_t comm);
 TESSEL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error);
+// Communicators not yet destroyed or aborted (tests check none is leaked).
+TESSEL_API std::size_t live_communicators();
 TESSEL_API const char* ncclGetErrorString(ncclResult_t result);
 TESSEL_API const char* ncclGetLastError(ncclComm_t comm);
 TESSEL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
@@ -537,6 +539,12 @@ TESSEL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
 TESSEL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     std::shared_ptr<ncclComm> keep = detail::registry_find(comm);
     if (!keep) return ncclInvalidArgument;
+    {
+        // As NCCL's: a communicator holding an error is not destroyed (the call returns the error;
+        // NCCL leaves it allocated): such a one is for ncclCommAbort.
+        std::lock_guard lk(keep->m);
+        if (keep->async_error != ncclSuccess && keep->async_error != ncclInProgress) return keep->async_error;
+    }
     if (keep->remote) detail::remote_leave(*keep);  // tells the hub this rank left
     std::lock_guard lk(detail::registry_m());
     detail::registry().erase(comm);
@@ -563,6 +571,11 @@ TESSEL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     std::lock_guard lk(detail::registry_m());
     detail::registry().erase(comm);
     return ncclSuccess;
+}
+
+TESSEL_API std::size_t live_communicators() {
+    std::lock_guard lk(detail::registry_m());
+    return detail::registry().size();
 }
 
 TESSEL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
