@@ -842,3 +842,27 @@ TEST_CASE("ncclCommSplit of a non-blocking communicator: the child arrives once 
     CHECK(api::ncclCommDestroy(*child) == api::ncclResult_t(0));
     CHECK(api::ncclCommDestroy(parent) == api::ncclResult_t(0));
 }
+
+TEST_CASE("bool all_reduce: sum is a logical or and prod a logical and, as torch's; every byte stays 0 or 1", "[.dist4]") {
+    // NCCL has no bool: it travels as int8, whose sum of three trues would be a byte of 3 (read
+    // back as a bool, undefined behaviour that UBSan reports). Rank r holds bit r of the element's index.
+    const auto results = in_threads(3, [](const Communicator& c) {
+        std::vector<std::uint8_t> bits(8);
+        for (int e = 0; e < 8; ++e) bits[std::size_t(e)] = std::uint8_t((e >> c.rank()) & 1);
+        std::string wrong;
+        for (const ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::max, ReduceOp::min}) {
+            const Tensor<std::uint8_t> raw = on(bits, c.device());
+            const Tensor<bool> t(raw.storage(), raw.layout());  // the same bytes as bools
+            c.all_reduce(t, op);
+            const auto got = raw.to_vector();
+            for (int e = 0; e < 8; ++e) {
+                const bool any = e != 0, all = e == 7;
+                const std::uint8_t want = (op == ReduceOp::sum || op == ReduceOp::max) ? any : all;
+                if (got[std::size_t(e)] != want)
+                    wrong += "op " + std::to_string(int(op)) + " element " + std::to_string(e) + ": byte " + std::to_string(int(got[std::size_t(e)])) + "\n";
+            }
+        }
+        return wrong;
+    });
+    for (const auto& r : results) CHECK(r == "");
+}
