@@ -530,6 +530,13 @@ private:
     void run(std::optional<Header> header, const char* name, const char* nccl_call, std::optional<rt::stream_t> stream,
              std::initializer_list<const Tensor<T>*> used, std::initializer_list<const Tensor<T>*> written, F&& issue) const {
         const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE < 22400
+        // ncclFloat8e4m3 and ncclFloat8e5m2 (10, 11) came with NCCL 2.24; an older one refuses them
+        // as an invalid argument.
+        if constexpr (std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>)
+            fail<Unsupported>(name, ": this build's NCCL (", NCCL_MAJOR, ".", NCCL_MINOR,
+                              ") has no fp8 types (NCCL 2.24 added them); convert to half or bfloat16 for the collective");
+#endif
         // Inside dist::group the exchange's all_gather would run only at the group's end, after its
         // result is needed here: the group's calls go unchecked (the sim still names disagreeing ranks).
         if (header && s_->options.debug_checks && detail::group_depth() == 0) exchange_headers(*header, int(nccl::data_type<T>()), name);
