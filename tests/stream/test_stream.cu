@@ -87,3 +87,26 @@ TEST_CASE("the overlap pipeline computes every chunk, whatever the chunk and str
     auto nothing = [](const int*, float*, std::size_t, tessel::rt::stream_t) {};
     CHECK_THROWS_AS((tessel::overlap_pipeline<int, float>(a, b, nothing)), tessel::InvalidArgument);
 }
+
+TEST_CASE("a stream or event not yet ready leaves no error behind for the next launch", "[stream]") {
+    // CUDA records cudaErrorNotReady as the thread's last error too (the sim does as well): a query
+    // that did not clear it would make the next launch's check throw "device not ready".
+    const int n = 1 << 15;
+    tessel::testing::DeviceArray<int> x(n), y(n);
+    tessel::testing::DeviceArray<float> z(n);
+    tessel::Stream busy = tessel::Stream::create(), other = tessel::Stream::create();
+    bool stream_busy_seen = false, event_busy_seen = false;
+    for (int attempt = 0; attempt < 20 && !(stream_busy_seen && event_busy_seen); ++attempt) {
+        tessel::launch(tessel::testing::slow_fill<int>, 8, 256, 0, busy.handle(), x.data(), n, 3, 400);
+        tessel::Event after;
+        after.record(busy);
+        const bool event_done = after.query(), stream_done = busy.query();
+        event_busy_seen = event_busy_seen || !event_done;
+        stream_busy_seen = stream_busy_seen || !stream_done;
+        CHECK_NOTHROW(tessel::launch(half_of, (n + 255) / 256, 256, 0, other.handle(), y.data(), z.data(), n));
+        busy.synchronize();
+        other.synchronize();
+    }
+    CHECK(stream_busy_seen);  // the case was exercised (400 rounds of 32k elements outlast a query)
+    CHECK(event_busy_seen);
+}

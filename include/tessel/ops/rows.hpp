@@ -152,7 +152,7 @@ using softmax_row_t = SoftmaxRow<row_compute_t<T>, Log, (sizeof(T) <= 2)>;
 
 // How many clusters of `size` blocks of Kernel, each with `threads` threads and `bytes` of dynamic
 // shared memory, the device runs at once (0: none fit), asked once per device and configuration.
-// Also 0 when the kernel's binary was built for an architecture without clusters (a build for an
+// Also 0 when the kernel's code was compiled for an architecture without clusters (ptxVersion) (a build for an
 // older GPU JIT-run on sm_90 would reach the kernel's __trap stub). The sim runs any cluster: it
 // answers with its multiprocessors / size.
 template <auto Kernel>
@@ -166,7 +166,9 @@ int active_clusters(Device d, int size, unsigned threads, std::size_t bytes) {
 #if !defined(TESSEL_BACKEND_SIM)
     cudaFuncAttributes attributes{};
     TESSEL_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
-    if (attributes.binaryVersion < 90) {
+    // The PTX's architecture, not the binary's: PTX for compute_80 JIT-compiled on sm_90 has
+    // binaryVersion 90 but was built with __CUDA_ARCH__ 800, the cluster kernel's __trap stub.
+    if (attributes.ptxVersion < 90) {
         active = 0;
     } else {
         cudaLaunchConfig_t config{};

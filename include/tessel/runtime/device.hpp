@@ -107,16 +107,23 @@ inline void set_device(Device d) {
     TESSEL_CUDA_CHECK(rt::api::cudaSetDevice(d.index));
 }
 
-// Makes `d` current for the lifetime of the guard, then restores the previous device.
+// Makes `d` current for the lifetime of the guard, then restores the previous device. Only a
+// change calls cudaSetDevice: since CUDA 12 it initialises the device's primary context, so setting
+// device 0 back for a thread that never chose one would give every process a context there.
 class DeviceGuard {
 public:
-    explicit DeviceGuard(Device d) : previous_(current_device()) { set_device(d); }
-    ~DeviceGuard() { (void)rt::api::cudaSetDevice(previous_.index); }
+    explicit DeviceGuard(Device d) : previous_(current_device()) {
+        if (d.index != previous_.index) set_device(d), changed_ = true;
+    }
+    ~DeviceGuard() {
+        if (changed_ && rt::api::cudaSetDevice(previous_.index) != cudaSuccess) (void)rt::api::cudaGetLastError();
+    }
     DeviceGuard(const DeviceGuard&) = delete;
     DeviceGuard& operator=(const DeviceGuard&) = delete;
 
 private:
     Device previous_;
+    bool changed_ = false;
 };
 
 inline DeviceProperties properties(Device d) {

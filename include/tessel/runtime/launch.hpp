@@ -54,6 +54,9 @@ void launch(void (*kernel)(P...), GridDim grid, dim3 block, std::size_t dynamic_
     call->launch_line = grid.site.line();
     rt::check(sim::api::launch_kernel(reinterpret_cast<const void*>(kernel), grid.dims, block, dynamic_smem, stream, call),
               "tessel::launch", grid.site);
+    // As cudaGetLastError after <<<>>> on CUDA: an error some earlier call left behind (a query's
+    // NotReady not cleared) fails here, so the sim shows what the GPU would.
+    rt::check(sim::api::cudaGetLastError(), "tessel::launch", grid.site);
 #else
     kernel<<<grid.dims, block, dynamic_smem, stream>>>(P(std::forward<A>(args))...);
     rt::check(cudaGetLastError(), "tessel::launch", grid.site);

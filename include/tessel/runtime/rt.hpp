@@ -116,7 +116,12 @@ inline void stream_synchronize(stream_t s) { TESSEL_CUDA_CHECK(api::cudaStreamSy
 // True when all work queued on `s` has finished; throws if that work failed.
 inline bool stream_query(stream_t s) {
     const cudaError_t e = api::cudaStreamQuery(s);
-    if (e == cudaErrorNotReady) return false;
+    if (e == cudaErrorNotReady) {
+        // NotReady is also the thread's last error: left there, the next launch's cudaGetLastError
+        // would report it (as PyTorch, clear it).
+        (void)api::cudaGetLastError();
+        return false;
+    }
     check(e, "cudaStreamQuery");
     return true;
 }
@@ -139,7 +144,10 @@ inline void event_record(event_t e, stream_t s) { TESSEL_CUDA_CHECK(api::cudaEve
 inline void event_synchronize(event_t e) { TESSEL_CUDA_CHECK(api::cudaEventSynchronize(e)); }
 inline bool event_query(event_t e) {
     const cudaError_t r = api::cudaEventQuery(e);
-    if (r == cudaErrorNotReady) return false;
+    if (r == cudaErrorNotReady) {
+        (void)api::cudaGetLastError();  // as in stream_query
+        return false;
+    }
     check(r, "cudaEventQuery");
     return true;
 }

@@ -527,7 +527,8 @@ TESSEL_API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 TESSEL_API cudaError_t cudaStreamQuery(cudaStream_t s) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
-    if (!st->reached(st->tail())) return cudaErrorNotReady;
+    // As CUDA's, NotReady is also the thread's last error (the next cudaGetLastError returns it).
+    if (!st->reached(st->tail())) return detail::fail(cudaErrorNotReady, "work queued on stream " + hex_ptr(s) + " has not finished");
     return detail::report(st);
 }
 TESSEL_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device) {
@@ -581,7 +582,7 @@ TESSEL_API cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventQuery on a null event");
     std::lock_guard lk(e->m);
     if (!e->stream || e->stream->reached(e->seq)) return detail::ok();
-    return cudaErrorNotReady;
+    return detail::fail(cudaErrorNotReady, "the work before event " + hex_ptr(e) + " has not finished");  // the last error too, as CUDA's
 }
 TESSEL_API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize on a null event");
