@@ -36,7 +36,7 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
     if (n == 0) return;
     const Device device = t.device();
     DeviceGuard guard(device);
-    constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+    constexpr std::uint64_t per_block = kernels::values_per_block<T>;
     require(offset <= std::numeric_limits<std::uint64_t>::max() - per_block - n, name, ": values ", offset, " .. ", offset,
             " + ", n, " pass the end of the stream's 2^64 values; start at a smaller offset or take another seed");
     const std::uint64_t blocks_needed = (offset % per_block + n + per_block - 1) / per_block;
@@ -104,7 +104,7 @@ private:
     // Returns the first value's index in T's units and advances past the draw.
     template <class T>
     std::uint64_t take(std::int64_t n) {
-        constexpr std::uint64_t per_block = std::is_same_v<T, double> ? 2 : 4, blocks_in_stream = std::uint64_t(1) << 62;
+        constexpr std::uint64_t per_block = kernels::values_per_block<T>, blocks_in_stream = std::uint64_t(1) << 62;
         const std::uint64_t block = offset_ / 4 + (offset_ % 4 != 0), blocks = (std::uint64_t(n) + per_block - 1) / per_block;
         // Below the stream's last block (as the fill's own check, offset + n + a block < 2^64), so the
         // fill cannot refuse what take() handed out.
