@@ -4,6 +4,7 @@
 #include <tessel/memory/allocator.hpp>
 #include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/runtime/launch.hpp>
+#include <tessel/runtime/peer.hpp>
 #include <tessel/tensor/tensor.hpp>
 
 #include <string>
@@ -98,6 +99,61 @@ TEST_CASE("the async backend trims the pool and retries before OutOfMemoryError"
     mem::deallocate(c);
     mem::empty_cache();
     CHECK(mem::stats().reserved_bytes[0].current == 0);
+}
+
+// A device's pool (and on a GPU its context, hundreds of MiB) is made by its first allocation, not
+// by the first allocation anywhere: statistics, empty_cache and the invariants of a device never
+// used leave it alone. tests.sim-async-backend has two simulated devices; nothing before this test
+// uses device 1.
+TEST_CASE("the async backend makes a device's pool on its first allocation there", "[.async]") {
+    REQUIRE(tessel::device_count() >= 2);
+    const tessel::Device other{1};
+    REQUIRE(tessel::current_device().index == 0);
+    REQUIRE_FALSE(tessel::sim::context_created(other.index));
+    void* p = mem::allocate(MiB);
+    mem::empty_cache();
+    const mem::DeviceStats untouched = mem::stats(other);
+    CHECK(untouched.allocation[0].peak == 0);
+    CHECK(untouched.reserved_bytes[0].peak == 0);
+    CHECK(mem::reserved(other) == 0);
+    CHECK(mem::check_invariants(other).empty());
+    CHECK(mem::memory_summary(other).find("device 1") != std::string::npos);
+    mem::reset_peak_stats(other);
+    CHECK_FALSE(tessel::sim::context_created(other.index));
+    mem::deallocate(p);
+    {
+        tessel::DeviceGuard on(other);
+        const auto t = tessel::full<float>({1001}, 2.f);
+        CHECK(tessel::sim::context_created(other.index));
+        CHECK(mem::allocated(other) >= std::int64_t(1001 * sizeof(float)));
+        CHECK(mem::reserved(other) >= mem::allocated(other));
+        CHECK(t.to_vector() == std::vector<float>(1001, 2.f));
+    }
+    mem::empty_cache();
+    CHECK(mem::reserved(other) == 0);
+}
+
+// cudaDeviceEnablePeerAccess does not reach pool memory; enable_peer_access grants it to the pool.
+TEST_CASE("under the async backend, enable_peer_access lets the peer read and write the pool", "[.async]") {
+    REQUIRE(tessel::device_count() >= 2);
+    auto access = [](int reader, int owner) {
+        cudaMemPool_t pool = nullptr;
+        TESSEL_CUDA_CHECK(tessel::rt::api::cudaDeviceGetDefaultMemPool(&pool, owner));
+        cudaMemLocation where{};
+        where.type = cudaMemLocationTypeDevice;
+        where.id = reader;
+        cudaMemAccessFlags flags{};
+        TESSEL_CUDA_CHECK(tessel::rt::api::cudaMemPoolGetAccess(&flags, pool, &where));
+        return flags;
+    };
+    CHECK(access(0, 1) == cudaMemAccessFlagsProtNone);
+    CHECK(access(1, 1) == cudaMemAccessFlagsProtReadWrite);
+    tessel::enable_peer_access(tessel::Device{0}, tessel::Device{1});
+    CHECK(access(0, 1) == cudaMemAccessFlagsProtReadWrite);
+    CHECK(access(1, 0) == cudaMemAccessFlagsProtNone);  // one direction only
+    tessel::enable_peer_access(tessel::Device{0}, tessel::Device{1});  // idempotent
+    tessel::enable_peer_access(tessel::Device{1}, tessel::Device{0});
+    CHECK(access(1, 0) == cudaMemAccessFlagsProtReadWrite);
 }
 
 TEST_CASE("an async free whose recorded stream was destroyed throws, and the memory goes back to the pool", "[memory][async][failure]") {

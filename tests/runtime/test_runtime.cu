@@ -210,3 +210,59 @@ TEST_CASE("peer access and copies between the GPUs of this machine", "[runtime][
     if (tessel::device_count() < 2) return;  // one device: nothing between devices to test
     check_peer_copies();
 }
+
+// CUDA refuses a kernel launch into a stream of another device than the current one (copies and
+// event waits may cross devices) and the elapsed time between events of two devices; the sim does
+// the same, so a missing DeviceGuard in tessel fails on the sim as it would on a GPU.
+namespace {
+void check_launches_need_the_streams_device() {
+    REQUIRE(tessel::current_device().index == 0);
+    tessel::rt::stream_t on_one = nullptr;
+    tessel::rt::event_t start = nullptr, end = nullptr;
+    {
+        tessel::DeviceGuard g(tessel::Device{1});
+        on_one = tessel::rt::stream_create(true);
+        end = tessel::rt::event_create(true);
+    }
+    start = tessel::rt::event_create(true);
+    DeviceArray<int> x(1000);  // device 0's
+    try {
+        tessel::launch(iota_kernel, 4, 256, 0, on_one, x.data(), 1000, 5);
+        FAIL("a launch into device 1's stream with device 0 current did not fail");
+    } catch (const tessel::CudaError& e) {
+#if defined(TESSEL_BACKEND_SIM)
+        CHECK(std::string(e.what()).find("of device 1 while device 0 is current") != std::string::npos);
+#endif
+    }
+    CHECK(tessel::rt::api::cudaGetLastError() == cudaSuccess);  // reported once, by the launch
+    tessel::launch(iota_kernel, 4, 256, 0, nullptr, x.data(), 1000, 5);  // device 0's own stream is fine
+    tessel::rt::event_record(start, nullptr);
+    {
+        tessel::DeviceGuard g(tessel::Device{1});
+        tessel::rt::event_record(end, on_one);
+    }
+    tessel::rt::event_synchronize(end);
+    tessel::rt::device_synchronize();
+    float ms = 0;
+    CHECK(tessel::rt::api::cudaEventElapsedTime(&ms, start, end) != cudaSuccess);
+    (void)tessel::rt::api::cudaGetLastError();
+    std::vector<int> expected(1000);
+    std::iota(expected.begin(), expected.end(), 5);
+    CHECK(x.download() == expected);
+    tessel::rt::event_destroy(start);
+    {
+        tessel::DeviceGuard g(tessel::Device{1});
+        tessel::rt::event_destroy(end);
+        tessel::rt::stream_destroy(on_one);
+    }
+}
+}  // namespace
+
+TEST_CASE("a launch into another device's stream is refused, on the sim as by CUDA", "[.multidevice]") {
+    check_launches_need_the_streams_device();
+}
+
+TEST_CASE("a launch into another GPU's stream is refused", "[runtime][peer]") {
+    if (tessel::device_count() < 2) return;  // one device: no other device's stream
+    check_launches_need_the_streams_device();
+}

@@ -4,6 +4,7 @@
 // tests and tools that reach into one device's allocator (CachingAllocator::instance().device(d)).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -101,19 +102,33 @@ public:
             fail<Unsupported>("this operation needs the native caching allocator; TESSEL_ALLOC_CONF selects backend:async");
         return *devices_[std::size_t(d)];
     }
+    // The async backend's allocator of device d, made on first use: making one takes the device's
+    // pool and so its context (hundreds of MiB on a GPU), which a device the program never
+    // allocates on should not pay.
     AsyncDeviceAllocator& async(int d) {
         check_device(d);
-        return *async_[std::size_t(d)];
+        AsyncSlot& slot = async_[std::size_t(d)];
+        if (AsyncDeviceAllocator* a = slot.made.load(std::memory_order_acquire)) return *a;
+        std::lock_guard lk(slot.m);
+        if (!slot.owner) {  // a constructor that throws leaves it unmade, to be tried again
+            slot.owner = std::make_unique<AsyncDeviceAllocator>(d);
+            slot.made.store(slot.owner.get(), std::memory_order_release);
+        }
+        return *slot.owner;
+    }
+    // The same if already made, else nullptr (nothing was allocated there: its statistics are zero).
+    AsyncDeviceAllocator* async_if_made(int d) {
+        check_device(d);
+        return async_[std::size_t(d)].made.load(std::memory_order_acquire);
     }
     int device_count() const { return count_; }
     Backend backend() const { return backend_; }
 
 private:
     CachingAllocator() : backend_(AllocatorConfig::from_env().backend), count_(tessel::device_count()) {
-        for (int d = 0; d < count_; ++d) {
-            if (backend_ == Backend::async) async_.push_back(std::make_unique<AsyncDeviceAllocator>(d));
-            else devices_.push_back(std::make_unique<DeviceCachingAllocator>(d));
-        }
+        if (backend_ == Backend::async) async_ = std::make_unique<AsyncSlot[]>(std::size_t(count_));
+        else
+            for (int d = 0; d < count_; ++d) devices_.push_back(std::make_unique<DeviceCachingAllocator>(d));
     }
     void check_device(int d) const {
         require(d >= 0 && d < count_, "device ", d, " does not exist: ", count_, " device(s) are visible");
@@ -140,7 +155,13 @@ private:
     Backend backend_;
     int count_;
     std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
-    std::vector<std::unique_ptr<AsyncDeviceAllocator>> async_;
+    // One device's async allocator, made on its first allocation (async()).
+    struct AsyncSlot {
+        std::mutex m;
+        std::unique_ptr<AsyncDeviceAllocator> owner;
+        std::atomic<AsyncDeviceAllocator*> made{nullptr};
+    };
+    std::unique_ptr<AsyncSlot[]> async_;
     std::mutex map_m_;
     std::unordered_map<void*, Block*> blocks_;
     std::unordered_map<void*, int> async_devices_;
@@ -164,14 +185,16 @@ TESSEL_API bool owns(const void* p) { return CachingAllocator::instance().owns(p
 TESSEL_API void empty_cache() {
     auto& a = CachingAllocator::instance();
     for (int d = 0; d < a.device_count(); ++d) {
-        if (a.backend() == Backend::async) a.async(d).empty_cache();
-        else a.device(d).empty_cache();
+        if (a.backend() == Backend::native) a.device(d).empty_cache();
+        else if (AsyncDeviceAllocator* made = a.async_if_made(d)) made->empty_cache();
     }
 }
 
 TESSEL_API DeviceStats stats(Device d) {
     auto& a = CachingAllocator::instance();
-    return a.backend() == Backend::async ? a.async(d.index).stats() : a.device(d.index).stats();
+    if (a.backend() == Backend::native) return a.device(d.index).stats();
+    AsyncDeviceAllocator* made = a.async_if_made(d.index);
+    return made ? made->stats() : DeviceStats{};
 }
 TESSEL_API std::int64_t allocated(Device d) { return stats(d).allocated_bytes[StatPool::all].current; }
 TESSEL_API std::int64_t max_allocated(Device d) { return stats(d).allocated_bytes[StatPool::all].peak; }
@@ -179,16 +202,17 @@ TESSEL_API std::int64_t reserved(Device d) { return stats(d).reserved_bytes[Stat
 TESSEL_API std::int64_t max_reserved(Device d) { return stats(d).reserved_bytes[StatPool::all].peak; }
 TESSEL_API void reset_peak_stats(Device d) {
     auto& a = CachingAllocator::instance();
-    if (a.backend() == Backend::async) a.async(d.index).reset_peak_stats();
-    else a.device(d.index).reset_peak_stats();
+    if (a.backend() == Backend::native) a.device(d.index).reset_peak_stats();
+    else if (AsyncDeviceAllocator* made = a.async_if_made(d.index)) made->reset_peak_stats();
 }
 TESSEL_API void set_memory_fraction(double fraction, Device d) {
     CachingAllocator::instance().device(d.index).set_memory_fraction(fraction);
 }
 TESSEL_API std::vector<std::string> check_invariants(Device d) {
     auto& a = CachingAllocator::instance();
-    if (a.backend() == Backend::async) return a.async(d.index).check_invariants();
-    return a.device(d.index).check_invariants();
+    if (a.backend() == Backend::native) return a.device(d.index).check_invariants();
+    AsyncDeviceAllocator* made = a.async_if_made(d.index);
+    return made ? made->check_invariants() : std::vector<std::string>{};
 }
 TESSEL_API std::string memory_summary(Device d) { return memory_summary(d.index, stats(d)); }
 TESSEL_API std::vector<SegmentInfo> snapshot() {

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "../core/error.hpp"
+#include "../memory/allocator.hpp"
 #include "device.hpp"
 #include "rt.hpp"
 
@@ -20,8 +21,25 @@ inline bool can_access_peer(Device a, Device b) {
     return can != 0;
 }
 
-// Lets kernels and copies on device a access device b's memory directly; no effect if already
-// enabled or a == b. Unsupported, naming both, when the pair cannot (no NVLink, no PCIe P2P).
+namespace detail {
+// Under backend:async, lets device a read and write the memory of device b's pool (tessel's
+// allocations there): cudaDeviceEnablePeerAccess does not reach pool memory, whose accessibility is
+// the pool's own (cudaMemPoolSetAccess). Idempotent.
+inline void grant_pool_access(Device a, Device b) {
+    if (memory::backend() != memory::Backend::async) return;
+    cudaMemPool_t pool = nullptr;
+    TESSEL_CUDA_CHECK(rt::api::cudaDeviceGetDefaultMemPool(&pool, b.index));
+    cudaMemAccessDesc access{};
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = a.index;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    TESSEL_CUDA_CHECK(rt::api::cudaMemPoolSetAccess(pool, &access, 1));
+}
+}  // namespace detail
+
+// Lets kernels and copies on device a access device b's memory directly (under backend:async, its
+// pool's memory too); no effect if already enabled or a == b. Unsupported, naming both, when the
+// pair cannot (no NVLink, no PCIe P2P).
 inline void enable_peer_access(Device a, Device b) {
     detail::require_device(a);  // before the a == b shortcut: device 9 of 2 is an error even paired with itself
     detail::require_device(b);
@@ -32,11 +50,9 @@ inline void enable_peer_access(Device a, Device b) {
                           "through host memory");
     DeviceGuard guard(a);
     const cudaError_t e = rt::api::cudaDeviceEnablePeerAccess(b.index, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) {
-        (void)rt::api::cudaGetLastError();
-        return;
-    }
-    rt::check(e, "cudaDeviceEnablePeerAccess");
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)rt::api::cudaGetLastError();  // by tessel or by the program itself
+    else rt::check(e, "cudaDeviceEnablePeerAccess");
+    detail::grant_pool_access(a, b);
 }
 
 // Enables access in both directions for every pair of devices that can; returns how many

@@ -6,6 +6,7 @@
 
 #include "runtime.hpp"
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -19,6 +20,8 @@ TESSEL_API cudaError_t cudaFreeAsync(void* p, cudaStream_t s);
 TESSEL_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, std::size_t keep);
 TESSEL_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 TESSEL_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+TESSEL_API cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* map, std::size_t count);
+TESSEL_API cudaError_t cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPool_t pool, cudaMemLocation* location);
 }  // namespace tessel::sim::api
 
 #if TESSEL_DEFINE_RUNTIME
@@ -37,6 +40,7 @@ struct CUmemPoolHandle_st {
     std::vector<Freed> freed;
     std::unordered_map<void*, std::size_t> in_use;
     std::uint64_t reserved = 0, reserved_high = 0, used = 0, used_high = 0, release_threshold = 0;
+    std::map<int, cudaMemAccessFlags> access;  // other devices' access (cudaMemPoolSetAccess); absent: none
 };
 
 namespace tessel::sim::api {
@@ -61,6 +65,7 @@ inline std::shared_ptr<CUstream_st> owner_of(CUstream_st* st) {
 
 TESSEL_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
     if (device < 0 || device >= int(detail::rt().devices.size())) return detail::fail(cudaErrorInvalidDevice, "no such device");
+    detail::use_context(device);  // the pool lives in the device's context
     *pool = detail::default_pool(device);
     return detail::ok();
 }
@@ -70,6 +75,7 @@ TESSEL_API cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) 
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     if (n == 0) return detail::ok();
     CUstream_st* st = detail::resolve(s);
+    detail::use_context(st->device);
     CUmemPoolHandle_st* pool = detail::default_pool(st->device);
     std::lock_guard lk(pool->m);
     std::size_t best = pool->freed.size();
@@ -102,6 +108,7 @@ TESSEL_API cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     if (!p) return detail::ok();
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
+    detail::use_context(st->device);
     CUmemPoolHandle_st* pool = detail::default_pool(st->device);
     std::lock_guard lk(pool->m);
     auto it = pool->in_use.find(p);
@@ -157,6 +164,41 @@ TESSEL_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAt
         case cudaMemPoolAttrUsedMemHigh: pool->used_high = pool->used; break;
         default: return detail::fail(cudaErrorInvalidValue, "the sim cannot set memory pool attribute " + std::to_string(int(attr)));
     }
+    return detail::ok();
+}
+
+// Which devices may access the pool's memory, as cudaMemPoolSetAccess: every descriptor is checked
+// before any applies; the owning device always has read-write access, and a device may be granted
+// access only where it can access the owner as a peer.
+TESSEL_API cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* map, std::size_t count) {
+    const int n = int(detail::rt().devices.size());
+    if (!pool || (!map && count)) return detail::fail(cudaErrorInvalidValue, "cudaMemPoolSetAccess with a null pool or descriptor list");
+    for (std::size_t i = 0; i < count; ++i) {
+        const cudaMemAccessDesc& d = map[i];
+        if (d.location.type != cudaMemLocationTypeDevice || d.location.id < 0 || d.location.id >= n)
+            return detail::fail(cudaErrorInvalidValue, "cudaMemPoolSetAccess: descriptor " + std::to_string(i) + " names no device");
+        if (d.flags != cudaMemAccessFlagsProtNone && d.flags != cudaMemAccessFlagsProtRead && d.flags != cudaMemAccessFlagsProtReadWrite)
+            return detail::fail(cudaErrorInvalidValue, "cudaMemPoolSetAccess: descriptor " + std::to_string(i) + " has unknown flags");
+        if (d.location.id == pool->device && d.flags != cudaMemAccessFlagsProtReadWrite)
+            return detail::fail(cudaErrorInvalidValue, "cudaMemPoolSetAccess: the owning device's access must stay read-write");
+        int can = 0;
+        if (d.location.id != pool->device && d.flags != cudaMemAccessFlagsProtNone &&
+            (::tessel::sim::api::cudaDeviceCanAccessPeer(&can, d.location.id, pool->device), !can))
+            return detail::fail(cudaErrorInvalidValue, "cudaMemPoolSetAccess: device " + std::to_string(d.location.id) +
+                                                           " cannot access device " + std::to_string(pool->device) + " as a peer");
+    }
+    std::lock_guard lk(pool->m);
+    for (std::size_t i = 0; i < count; ++i)
+        if (map[i].location.id != pool->device) pool->access[map[i].location.id] = map[i].flags;
+    return detail::ok();
+}
+TESSEL_API cudaError_t cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPool_t pool, cudaMemLocation* location) {
+    if (!flags || !pool || !location || location->type != cudaMemLocationTypeDevice || location->id < 0 ||
+        location->id >= int(detail::rt().devices.size()))
+        return detail::fail(cudaErrorInvalidValue, "cudaMemPoolGetAccess: a null argument, or a location that is no device");
+    std::lock_guard lk(pool->m);
+    const auto it = pool->access.find(location->id);
+    *flags = location->id == pool->device ? cudaMemAccessFlagsProtReadWrite : it == pool->access.end() ? cudaMemAccessFlagsProtNone : it->second;
     return detail::ok();
 }
 

@@ -89,6 +89,10 @@ TESSEL_API std::string last_kernel_name();
 // driver would stage through host memory (not enabled): lets a test see which a copy took.
 TESSEL_API std::uint64_t peer_copy_count();
 TESSEL_API std::uint64_t staged_copy_count();
+// Whether the program has made `device`'s primary context yet (on a GPU each costs hundreds of MiB
+// of that device's memory): lets a test check that work on one device leaves the others untouched.
+// Setting the device, allocating on it, creating a stream or event there and launching make it.
+TESSEL_API bool context_created(int device);
 }  // namespace tessel::sim
 
 #if TESSEL_DEFINE_RUNTIME
@@ -209,6 +213,7 @@ TESSEL_API cudaError_t cudaSetDevice(int d) {
                                                         std::to_string(detail::rt().devices.size()) +
                                                         " device(s) (set TESSEL_SIM_DEVICES for more)");
     detail::current_device = d;
+    detail::use_context();  // as CUDA 12 and later: cudaSetDevice initialises the device's primary context
     return detail::ok();
 }
 TESSEL_API cudaError_t cudaGetDevice(int* d) {
@@ -248,6 +253,7 @@ TESSEL_API cudaError_t cudaDriverGetVersion(int* v) {
     return detail::ok();
 }
 TESSEL_API cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+    detail::use_context();
     std::lock_guard lk(detail::rt().m);
     const SimDevice& d = detail::rt().devices[std::size_t(detail::current_device)];
     *total = d.capacity;
@@ -260,6 +266,7 @@ TESSEL_API cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greates
     return detail::ok();
 }
 TESSEL_API cudaError_t cudaDeviceSynchronize() {
+    detail::use_context();
     const int dev = detail::current_device;
     std::vector<std::shared_ptr<CUstream_st>> all;
     {
@@ -276,6 +283,7 @@ TESSEL_API cudaError_t cudaDeviceSynchronize() {
 
 // ---- memory -------------------------------------------------------------------------------------
 TESSEL_API cudaError_t cudaMalloc(void** p, std::size_t n) {
+    detail::use_context();
     *p = nullptr;
     if (n == 0) return detail::ok();
     Runtime& r = detail::rt();
@@ -362,6 +370,7 @@ TESSEL_API cudaError_t cudaFree(void* p) {
     return pending;
 }
 TESSEL_API cudaError_t cudaMallocHost(void** p, std::size_t n) {
+    detail::use_context();
     *p = nullptr;
     if (n == 0) return detail::ok();
     // Page-locked memory cannot exceed physical memory (and AddressSanitizer aborts on absurd sizes).
@@ -492,6 +501,7 @@ TESSEL_API cudaError_t cudaMemset(void* p, int value, std::size_t n) {
 
 // ---- streams ------------------------------------------------------------------------------------
 TESSEL_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+    detail::use_context();
     if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking)
         return detail::fail(cudaErrorInvalidValue, "stream flags " + std::to_string(flags) + " are neither cudaStreamDefault nor cudaStreamNonBlocking");
     auto stream = std::make_shared<CUstream_st>(detail::current_device, flags, std::clamp(priority, -5, 0), false);
@@ -543,6 +553,7 @@ TESSEL_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int* prio) {
 
 // ---- events -------------------------------------------------------------------------------------
 TESSEL_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    detail::use_context();
     *e = new CUevent_st{};
     (*e)->flags = flags;
     (*e)->device = detail::current_device;
@@ -598,6 +609,9 @@ TESSEL_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEv
         if (!e->stream) return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
         if (!e->stream->reached(e->seq)) return detail::fail(cudaErrorNotReady, "an event has not completed yet");
     }
+    if (start->device != end->device)
+        return detail::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime between events of devices " + std::to_string(start->device) +
+                                                                " and " + std::to_string(end->device));
     if (start == end) return *ms = 0.0f, detail::ok();  // one mutex: scoped_lock would take it twice
     std::scoped_lock lk(start->m, end->m);
     *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
@@ -662,6 +676,13 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
         return bad("cluster " + dims(cluster) + " has " + std::to_string(std::uint64_t(cluster.x) * cluster.y * cluster.z) +
                    " blocks; at most 8 are portable");
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    // CUDA fails a launch into a stream of another device than the current one (copies and event
+    // waits may cross devices; launches may not).
+    if (const int owner = detail::resolve(s)->device; owner != detail::current_device)
+        return detail::fail(cudaErrorInvalidResourceHandle, "kernel launch into stream " + hex_ptr(s) + " of device " + std::to_string(owner) +
+                                                                " while device " + std::to_string(detail::current_device) +
+                                                                " is current (a launch needs its stream's device current)");
+    detail::use_context();
     call->grid = grid;
     call->cluster = cluster;
     call->block = block;
@@ -704,6 +725,10 @@ TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> w
 }  // namespace tessel::sim::api
 
 namespace tessel::sim {
+TESSEL_API bool context_created(int device) {
+    return device >= 0 && std::size_t(device) < Runtime::get().devices.size() &&
+           Runtime::get().contexts[std::size_t(device)].load(std::memory_order_relaxed);
+}
 TESSEL_API std::uint64_t launch_count() { return Runtime::get().launches.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t peer_copy_count() { return Runtime::get().peer_copies.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t staged_copy_count() { return Runtime::get().staged_copies.load(std::memory_order_relaxed); }

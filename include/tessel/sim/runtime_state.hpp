@@ -98,6 +98,11 @@ public:
     const std::string* last_kernel = nullptr;  // the last kernel accepted, demangled (tests check which path ran)
     std::set<std::pair<int, int>> peer_enabled;             // (device, peer): device may access peer's memory
     std::atomic<std::uint64_t> peer_copies{0}, staged_copies{0};  // cudaMemcpyPeerAsync, direct or through the host
+    // Per device, whether its primary context exists: made by the first call that needs it (setting
+    // the device, allocating, creating a stream or event, launching), as on a GPU, where each one
+    // costs hundreds of MiB of device memory and startup time. Lets tests see which devices a
+    // program touched (sim::context_created).
+    std::unique_ptr<std::atomic<bool>[]> contexts;
 
     // The allocation containing [p, p+n), or nullptr. Caller holds m.
     const Allocation* find(const void* p, std::size_t n) const {
@@ -113,6 +118,7 @@ private:
     Runtime() {
         const Config& c = config();
         devices.resize(std::size_t(c.devices));
+        contexts = std::make_unique<std::atomic<bool>[]>(std::size_t(c.devices));
         for (int i = 0; i < c.devices; ++i) {
             SimDevice& d = devices[std::size_t(i)];
             d.capacity = c.memory_bytes;
@@ -177,6 +183,10 @@ inline cudaError_t ok() {
     return cudaSuccess;
 }
 inline Runtime& rt() { return Runtime::get(); }
+// Marks a device's primary context as made (Runtime::contexts).
+inline void use_context(int device = current_device) {
+    rt().contexts[std::size_t(device)].store(true, std::memory_order_relaxed);
+}
 
 // The stream a handle names: nullptr / cudaStreamLegacy / cudaStreamPerThread mean the current
 // device's default stream (the sim treats per-thread default streams as the legacy one).
