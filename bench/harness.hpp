@@ -16,7 +16,10 @@
 #include <tessel/memory/allocator.hpp>
 #include <tessel/memory/caching_allocator.hpp>  // the allocators themselves
 #include <tessel/memory/host_allocator.hpp>
+#include <tessel/runtime/launch.hpp>
 #include <tessel/stream/stream.hpp>
+
+#include "inputs.hpp"
 
 namespace tessel::bench {
 
@@ -51,22 +54,21 @@ double median_ms(const Stream& s, int reps, F&& body) {
 }  // namespace detail
 
 #if defined(TESSEL_BACKEND_CUDA)
-// cuBLAS's rate for an n x n x n product of `type` (fp32 accumulation) on non-zero inputs, TFLOP/s.
-inline double gemm_tflops(const Stream& s, int n, cudaDataType type, std::size_t elem) {
-    const std::size_t bytes = std::size_t(n) * std::size_t(n) * elem;
-    void* a = memory::allocate(bytes, s.handle());
-    void* b = memory::allocate(bytes, s.handle());
-    void* c = memory::allocate(bytes, s.handle());
-    rt::memset_async(a, 0x3C, bytes, s.handle());  // 0x3C3C... is about 0.0115 in fp32 and bf16: never zeros
-    rt::memset_async(b, 0x3C, bytes, s.handle());
+// cuBLAS's rate for an n x n x n product of T (fp32 accumulation) on random inputs, TFLOP/s: the
+// tensor cores draw less power on constant or zero operands and run faster (METHOD.md measured 13%
+// on zeros), which would make the ceiling, and every percentage of it, wrong.
+template <class T>
+double gemm_tflops(const Stream& s, int n, cudaDataType type) {
+    const Tensor<T> a = random_tensor<T>({n, n}, 11), b = random_tensor<T>({n, n}, 12);
+    Tensor<T> c = empty<T>({n, n});
+    current_stream().synchronize();  // the fills ran there
     cublas::Handle h(s.handle());
     const float one = 1.f, zero = 0.f;
     const double ms = detail::median_ms(s, 5, [&] {
-        TESSEL_CUBLAS_CHECK(cublasGemmEx(h.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, type, n, b, type, n, &zero, c,
-                                         type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        TESSEL_CUBLAS_CHECK(cublasGemmEx(h.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), type, n, b.data(), type, n,
+                                         &zero, c.data(), type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     });
     s.synchronize();
-    for (void* p : {a, b, c}) memory::deallocate(p);
     return 2.0 * double(n) * n * n / (ms / 1e3) / 1e12;
 }
 #endif
@@ -90,8 +92,8 @@ inline Ceilings measure_ceilings() {
     memory::deallocate(b);
     memory::deallocate_host(h);
 #if defined(TESSEL_BACKEND_CUDA)
-    c.sgemm_tflops = gemm_tflops(s, 4096, CUDA_R_32F, sizeof(float));
-    c.bf16_tflops = gemm_tflops(s, 8192, CUDA_R_16BF, 2);
+    c.sgemm_tflops = gemm_tflops<float>(s, 4096, CUDA_R_32F);
+    c.bf16_tflops = gemm_tflops<__nv_bfloat16>(s, 8192, CUDA_R_16BF);
 #endif
     return c;
 }
@@ -126,22 +128,43 @@ struct TimingOptions {
     int warmup = 2;         // untimed runs first: module load, caches, allocator
 };
 
+// Keeps one SM busy for `ticks` of clock64 (cycles on a GPU, nanoseconds on the sim). A template so
+// that every benchmark file may include it.
+template <class = void>
+__global__ void hold_stream(long long ticks) {
+    const long long start = clock64();
+    while (clock64() - start < ticks) {
+    }
+}
+
 // Times `body()` (which queues work on `s`) with events, one sample per benchmark iteration, as
 // Google Benchmark manual time. Use with ->UseManualTime() and ask for repetitions to get medians.
+// Before each sample the stream gets work to run while the host queues the sample (the L2 flush, or
+// 20 us of one SM spinning): the start event then fires when the GPU reaches the sample, not while
+// the host is still dispatching it, so a sample is the GPU's time alone, as bench/torch_compare.py
+// measures PyTorch (behind a 256 MiB fill). A benchmark that throws is reported skipped with the
+// exception's message, and the run goes on to the next one.
 template <class F>
 void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptions o = {}) {
-    std::optional<L2Flusher> flusher;
-    if (o.flush_l2) flusher.emplace(s);
-    for (int i = 0; i < o.warmup; ++i) body();
-    s.synchronize();
-    Event start, stop;
-    for (auto _ : state) {
-        if (flusher) flusher->flush();
-        start.record(s);
-        body();
-        stop.record(s);
-        stop.synchronize();
-        state.SetIterationTime(double(start.elapsed_ms(stop)) / 1e3);
+    try {
+        std::optional<L2Flusher> flusher;
+        if (o.flush_l2) flusher.emplace(s);
+        const DeviceProperties p = properties();
+        const long long hold = p.simulated ? 20000 : std::max<long long>(1, p.clock_khz) * 20 / 1000;
+        for (int i = 0; i < o.warmup; ++i) body();
+        s.synchronize();
+        Event start, stop;
+        for (auto _ : state) {
+            if (flusher) flusher->flush();
+            else launch(hold_stream<>, 1, 1, 0, s.handle(), hold);
+            start.record(s);
+            body();
+            stop.record(s);
+            stop.synchronize();
+            state.SetIterationTime(double(start.elapsed_ms(stop)) / 1e3);
+        }
+    } catch (const std::exception& e) {
+        state.SkipWithError(e.what());
     }
 }
 

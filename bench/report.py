@@ -131,6 +131,8 @@ def seconds(b):
 
 
 def fmt_time(b):
+    if b.get("error_occurred"):  # Google Benchmark writes no time or counters for it
+        return "failed"
     unit = b.get("time_unit", "ns")
     return f"{b.get('real_time', 0):.4g} {unit}"
 
@@ -186,7 +188,7 @@ def write_markdown(runs, out, images):
                 vs = f"{vendor[1]:.3g} ({vendor[0]})" if vendor else ""
                 lines.append(f"| `{name_of(b)}` | {fmt_time(b)} | {fmt(gbs(b))} | {fmt(b.get('GFLOP/s'))} | "
                              f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {versus_torch.get(name_of(b), '')} | {fmt(b.get('rel_error'), 2)} | "
-                             f"{'; '.join(x for x in (speedups.get(name_of(b)), b.get('label')) if x)} |")
+                             f"{'; '.join(x for x in (speedups.get(name_of(b)), b.get('label'), b.get('error_message')) if x)} |")
             lines.append("")
         for img in images.get(path, []):
             lines += [f"![{img}]({os.path.relpath(img, os.path.dirname(out) or '.')})", ""]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks bench/report.py on constructed runs: vendor pairing and its percentage, PyTorch pairing (eager
 and torch.compile, by name, same device only), the vs-vendor chart,
-the current/superseded marking, and that an existing document keeps its prose outside the markers."""
+the current/superseded marking, a failed benchmark's message, and that an existing document keeps its prose outside the markers."""
 import json
 import os
 import subprocess
@@ -40,6 +40,9 @@ def main():
         with open(new) as f:
             j = json.load(f)
         j["benchmarks"].append({"name": "BM_softmax/1024", "run_type": "iteration", "real_time": 50.0, "time_unit": "us"})
+        # A benchmark that threw: Google Benchmark writes no time and no counters, only the message.
+        j["benchmarks"].append({"name": "BM_rms_norm/4096", "run_type": "iteration", "error_occurred": True,
+                                "error_message": "out of memory on device 0", "real_time": 0, "time_unit": "us"})
         with open(new, "w") as f:
             json.dump(j, f)
         md = os.path.join(d, "benchmarks.md")
@@ -57,6 +60,7 @@ def main():
             "another device's softmax has no torch figure": "| `BM_softmax/1024` | 80 us | 1000 |  |  |  |  |" in text,
             "speed-up over the CPU beside tessel's row": "| 80 (cublas) |  |  | 100x openblas (CPU) |" in text,
             "and beside the vendor's": "| `BM_matmul/cublas/f32/1024` | 8 us |  |  |  |  |  |  | 125x openblas (CPU) |" in text,
+            "a failed benchmark says so and why": "| `BM_rms_norm/4096` | failed |" in text and "out of memory on device 0 |" in text,
             "newer run current": "2026-12-02-h200.json (current)" in text,
             "older run superseded": "2026-12-01-h200.json (superseded" in text,
             "vs-vendor chart": os.path.getsize(os.path.join(d, "img", "2026-12-02-h200-vs-vendor.png")) > 1000,

@@ -174,8 +174,9 @@ inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) 
                 const bool numeric = v && !v->empty() && v->find_first_not_of("0123456789.-") == std::string::npos;
                 line += std::string(line.empty() ? "" : ", ") + json_string(f->name) + ": " + (!v ? "null" : numeric ? *v : json_string(*v));
             } else {
+                // nvidia-smi's words for a value it cannot read from a GPU that fell off the bus.
                 line += std::string(line.empty() ? "" : ", ") +
-                        (v ? csv_field(*v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "")) : "[N/A]");
+                        (v ? csv_field(*v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "")) : r.lost ? "[GPU is lost]" : "[N/A]");
             }
         }
         if (fmt.json) std::printf("%s{%s}", i ? ", " : "", line.c_str());
@@ -225,6 +226,8 @@ inline std::string prometheus_text() {
          [](const auto& r) { return r.clock_event_reasons ? std::optional<double>(double(*r.clock_event_reasons)) : std::nullopt; }},
         {"tessel_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the driver loaded.",
          [](const auto& r) { return r.ecc_uncorrected ? std::optional<double>(double(*r.ecc_uncorrected)) : std::nullopt; }},
+        {"tessel_gpu_lost", "1 when NVML says the GPU is lost (fallen off the bus), else 0.",
+         [](const auto& r) { return std::optional<double>(r.lost ? 1 : 0); }},
     };
     std::vector<std::pair<std::string, tessel::nvml::DeviceReading>> devices;
     for (int i = 0; i < tessel::device_count(); ++i) {

@@ -82,6 +82,8 @@ void print_table(const tessel::Versions& v) {
                         info::as_text(r.gpu_utilization_pct).value_or("n/a").c_str(),
                         info::as_text(r.memory_used_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(),
                         info::as_text(r.memory_total_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(), reasons.empty() ? "-" : reasons.c_str());
+            if (r.lost) std::printf("    device %d is lost (%s): reset the GPU or reboot the node\n", i, r.error.c_str());
+            else if (!r.error.empty()) std::printf("    device %d: NVML failed: %s\n", i, r.error.c_str());
         }
     };
     for (int i = 0; i < tessel::device_count(); ++i) {

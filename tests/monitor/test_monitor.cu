@@ -259,6 +259,57 @@ TEST_CASE("Monitor policies fire once per violation on injected readings", "[mon
     CHECK(kinds() == std::vector<AlertKind>{AlertKind::throttling});
     sn::clear_injections();
 }
+
+// A GPU that falls off the bus: NVML answers NVML_ERROR_GPU_IS_LOST for its handle and every call.
+// The reading says so (and why) instead of reading as a device that reports nothing, and the
+// device_lost policy fires once per loss.
+TEST_CASE("A lost GPU reads as lost, not as absent, and the device_lost policy fires once", "[monitor]") {
+    namespace sn = tessel::sim::nvml;
+    sn::clear_injections();
+    Monitor m({.devices = {Device{0}}});
+    std::vector<Alert> got;
+    std::mutex got_m;
+    m.add_policy(Policy::device_lost([&](const Alert& a) {
+        std::lock_guard lk(got_m);
+        got.push_back(a);
+    }));
+    auto count = [&] {
+        std::lock_guard lk(got_m);
+        return got.size();
+    };
+    const auto healthy = tessel::nvml::read(Device{0});
+    CHECK_FALSE(healthy.lost);
+    CHECK(healthy.error.empty());
+    CHECK(healthy.temperature_c.has_value());
+    m.sample_now();
+    CHECK(count() == 0);
+
+    sn::inject(0, {.lost = true});
+    const auto lost = tessel::nvml::read(Device{0});
+    CHECK(lost.lost);
+    CHECK(lost.error == "nvmlDeviceGetTemperature: GPU is lost (15)");  // the handle, found before, is kept
+    CHECK_FALSE(lost.temperature_c.has_value());
+    CHECK_FALSE(lost.memory_used_bytes.has_value());
+    m.sample_now();
+    REQUIRE(count() == 1);
+    CHECK(got[0].kind == AlertKind::device_lost);
+    CHECK(got[0].device == 0);
+    CHECK_THAT(got[0].message, Catch::StartsWith("device 0 is lost (nvmlDeviceGetTemperature: GPU is lost (15)): it has fallen off the bus"));
+    m.sample_now();  // still lost: no second alert
+    CHECK(count() == 1);
+
+    sn::inject(0, {.lost = false});
+    const auto back = tessel::nvml::read(Device{0});
+    CHECK_FALSE(back.lost);
+    CHECK(back.error.empty());
+    CHECK(back.temperature_c.has_value());
+    m.sample_now();
+    CHECK(count() == 1);
+    sn::inject(0, {.lost = true});
+    m.sample_now();  // lost again: a new alert
+    CHECK(count() == 2);
+    sn::clear_injections();
+}
 #endif
 
 TEST_CASE("The leak watch fires when the allocator grows across N checkpoints with no drop", "[monitor]") {

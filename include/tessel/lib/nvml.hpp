@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,31 +98,69 @@ inline const Loaded& loaded() {
     return l;
 }
 
+// What went wrong reading a device beyond the fields it does not report (NOT_SUPPORTED,
+// NO_PERMISSION, NOT_FOUND leave a field empty quietly): the first failed call and NVML's words,
+// and whether NVML said the GPU is lost.
+struct Trouble {
+    bool lost = false;
+    std::string error;
+    void note(abi::nvmlReturn_t r, const char* call) {
+        if (r == abi::NVML_SUCCESS || r == abi::NVML_ERROR_NOT_SUPPORTED || r == abi::NVML_ERROR_NO_PERMISSION ||
+            r == abi::NVML_ERROR_NOT_FOUND)
+            return;
+        lost = lost || r == abi::NVML_ERROR_GPU_IS_LOST;
+        if (!error.empty()) return;
+        const char* words = loaded().api.error_string ? loaded().api.error_string(r) : nullptr;
+        error = std::string(call) + ": " + (words ? words : "NVML error") + " (" + std::to_string(r) + ")";
+    }
+};
+
 // NVML's handle for tessel's device d (by PCI bus id on CUDA: NVML and CUDA may order devices
-// differently; by index on the sim), or null.
-inline abi::nvmlDevice_t handle(Device d) {
+// differently; by index on the sim), or null (and why, in `trouble` where given). A handle found is
+// kept: it stays valid while NVML is loaded, and a GPU that later falls off the bus, whose CUDA
+// calls fail, is then still asked (and answers GPU_IS_LOST).
+inline abi::nvmlDevice_t handle(Device d, Trouble* trouble = nullptr) {
     const Loaded& l = loaded();
     if (!l.ok) return nullptr;
+    static std::mutex m;
+    static auto* found = new std::map<int, abi::nvmlDevice_t>();  // never destroyed: monitors may sample during exit
+    {
+        std::lock_guard lk(m);
+        if (const auto it = found->find(d.index); it != found->end()) return it->second;
+    }
     abi::nvmlDevice_t h = nullptr;
 #if defined(TESSEL_BACKEND_CUDA)
     char pci[32] = {};
-    if (rt::api::cudaDeviceGetPCIBusId(pci, sizeof pci, d.index) != cudaSuccess) {
+    if (const cudaError_t e = rt::api::cudaDeviceGetPCIBusId(pci, sizeof pci, d.index); e != cudaSuccess) {
         (void)rt::api::cudaGetLastError();
+        if (trouble && trouble->error.empty()) trouble->error = std::string("cudaDeviceGetPCIBusId: ") + rt::api::cudaGetErrorName(e);
         return nullptr;
     }
-    if (l.api.handle_by_pci_bus_id(pci, &h) != abi::NVML_SUCCESS) return nullptr;
+    const abi::nvmlReturn_t r = l.api.handle_by_pci_bus_id(pci, &h);
+    const char* call = "nvmlDeviceGetHandleByPciBusId_v2";
 #else
-    if (l.api.handle_by_index(unsigned(d.index), &h) != abi::NVML_SUCCESS) return nullptr;
+    const abi::nvmlReturn_t r = l.api.handle_by_index(unsigned(d.index), &h);
+    const char* call = "nvmlDeviceGetHandleByIndex_v2";
 #endif
+    if (r != abi::NVML_SUCCESS) {
+        if (trouble) trouble->note(r, call);
+        return nullptr;
+    }
+    std::lock_guard lk(m);
+    found->emplace(d.index, h);
     return h;
 }
 
-// Calls an entry point that may be missing; the value when it answered NVML_SUCCESS.
+// Calls an entry point that may be missing; the value when it answered NVML_SUCCESS, else empty
+// (and a failure that is not a missing field noted in `trouble`).
 template <class T, class F, class... Args>
-std::optional<T> query(F fn, Args... args) {
+std::optional<T> query(Trouble* trouble, const char* call, F fn, Args... args) {
     T v{};
-    if (!fn || fn(args..., &v) != abi::NVML_SUCCESS) return std::nullopt;
-    return v;
+    if (!fn) return std::nullopt;
+    const abi::nvmlReturn_t r = fn(args..., &v);
+    if (r == abi::NVML_SUCCESS) return v;
+    if (trouble) trouble->note(r, call);
+    return std::nullopt;
 }
 }  // namespace detail
 
@@ -185,37 +225,59 @@ struct DeviceReading {
     std::optional<std::uint64_t> clock_event_reasons;   // ClockReason bits
     std::optional<std::uint64_t> ecc_corrected, ecc_uncorrected;  // volatile counts (since the driver loaded)
     std::optional<unsigned> pcie_generation, pcie_width;
+    // NVML answered NVML_ERROR_GPU_IS_LOST: the GPU has fallen off the bus (XID 79); nothing queued
+    // on it will complete, and the readings above are empty.
+    bool lost = false;
+    // The first call that failed for another reason than a field this device does not report, with
+    // NVML's words (empty when every call answered or was only unsupported).
+    std::string error;
 };
 
-// Reads every field NVML gives for device d (all empty when NVML is unavailable).
+namespace detail {
+// The fields of `r` that device `h` reports.
+inline void read_fields(abi::nvmlDevice_t h, DeviceReading& r, Trouble& trouble) {
+    const abi::Api& a = api();
+    Trouble* t = &trouble;
+    r.temperature_c = query<unsigned>(t, "nvmlDeviceGetTemperature", a.temperature, h, abi::NVML_TEMPERATURE_GPU);
+    if (auto mw = query<unsigned>(t, "nvmlDeviceGetPowerUsage", a.power_usage, h)) r.power_w = *mw / 1000.0;
+    if (auto mw = query<unsigned>(t, "nvmlDeviceGetEnforcedPowerLimit", a.enforced_power_limit, h)) r.power_limit_w = *mw / 1000.0;
+    if (auto u = query<abi::nvmlUtilization_t>(t, "nvmlDeviceGetUtilizationRates", a.utilization_rates, h))
+        r.gpu_utilization_pct = u->gpu, r.memory_utilization_pct = u->memory;
+    abi::nvmlMemory_v2_t m2{};
+    m2.version = abi::nvmlMemory_v2;
+    const abi::nvmlReturn_t v2 = a.memory_info_v2 ? a.memory_info_v2(h, &m2) : abi::NVML_ERROR_NOT_SUPPORTED;
+    if (v2 == abi::NVML_SUCCESS) {
+        r.memory_used_bytes = m2.used, r.memory_total_bytes = m2.total, r.memory_free_bytes = m2.free, r.memory_reserved_bytes = m2.reserved;
+    } else if (auto m = query<abi::nvmlMemory_t>(t, "nvmlDeviceGetMemoryInfo", a.memory_info, h)) {
+        r.memory_used_bytes = m->used, r.memory_total_bytes = m->total, r.memory_free_bytes = m->free;
+    } else if (v2 != abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH) {
+        trouble.note(v2, "nvmlDeviceGetMemoryInfo_v2");
+    }
+    r.sm_clock_mhz = query<unsigned>(t, "nvmlDeviceGetClockInfo", a.clock_info, h, abi::NVML_CLOCK_SM);
+    r.memory_clock_mhz = query<unsigned>(t, "nvmlDeviceGetClockInfo", a.clock_info, h, abi::NVML_CLOCK_MEM);
+    r.sm_clock_max_mhz = query<unsigned>(t, "nvmlDeviceGetMaxClockInfo", a.max_clock_info, h, abi::NVML_CLOCK_SM);
+    r.memory_clock_max_mhz = query<unsigned>(t, "nvmlDeviceGetMaxClockInfo", a.max_clock_info, h, abi::NVML_CLOCK_MEM);
+    r.clock_event_reasons = query<unsigned long long>(t, "nvmlDeviceGetCurrentClocksEventReasons", a.clocks_event_reasons, h);
+    r.ecc_corrected = query<unsigned long long>(t, "nvmlDeviceGetTotalEccErrors", a.total_ecc_errors, h,
+                                                abi::NVML_MEMORY_ERROR_TYPE_CORRECTED, abi::NVML_VOLATILE_ECC);
+    r.ecc_uncorrected = query<unsigned long long>(t, "nvmlDeviceGetTotalEccErrors", a.total_ecc_errors, h,
+                                                  abi::NVML_MEMORY_ERROR_TYPE_UNCORRECTED, abi::NVML_VOLATILE_ECC);
+    r.pcie_generation = query<unsigned>(t, "nvmlDeviceGetCurrPcieLinkGeneration", a.pcie_link_generation, h);
+    r.pcie_width = query<unsigned>(t, "nvmlDeviceGetCurrPcieLinkWidth", a.pcie_link_width, h);
+}
+}  // namespace detail
+
+// Reads every field NVML gives for device d (all empty when NVML is unavailable; `lost` and
+// `error` say when NVML failed for another reason than a field the device does not report).
 inline DeviceReading read(Device d) {
     DeviceReading r;
     r.device = d.index;
     r.time = std::chrono::system_clock::now();
-    const abi::nvmlDevice_t h = detail::handle(d);
-    if (!h) return r;
-    const abi::Api& a = api();
-    using detail::query;
-    r.temperature_c = query<unsigned>(a.temperature, h, abi::NVML_TEMPERATURE_GPU);
-    if (auto mw = query<unsigned>(a.power_usage, h)) r.power_w = *mw / 1000.0;
-    if (auto mw = query<unsigned>(a.enforced_power_limit, h)) r.power_limit_w = *mw / 1000.0;
-    if (auto u = query<abi::nvmlUtilization_t>(a.utilization_rates, h)) r.gpu_utilization_pct = u->gpu, r.memory_utilization_pct = u->memory;
-    abi::nvmlMemory_v2_t m2{};
-    m2.version = abi::nvmlMemory_v2;
-    if (a.memory_info_v2 && a.memory_info_v2(h, &m2) == abi::NVML_SUCCESS) {
-        r.memory_used_bytes = m2.used, r.memory_total_bytes = m2.total, r.memory_free_bytes = m2.free, r.memory_reserved_bytes = m2.reserved;
-    } else if (auto m = query<abi::nvmlMemory_t>(a.memory_info, h)) {
-        r.memory_used_bytes = m->used, r.memory_total_bytes = m->total, r.memory_free_bytes = m->free;
-    }
-    r.sm_clock_mhz = query<unsigned>(a.clock_info, h, abi::NVML_CLOCK_SM);
-    r.memory_clock_mhz = query<unsigned>(a.clock_info, h, abi::NVML_CLOCK_MEM);
-    r.sm_clock_max_mhz = query<unsigned>(a.max_clock_info, h, abi::NVML_CLOCK_SM);
-    r.memory_clock_max_mhz = query<unsigned>(a.max_clock_info, h, abi::NVML_CLOCK_MEM);
-    r.clock_event_reasons = query<unsigned long long>(a.clocks_event_reasons, h);
-    r.ecc_corrected = query<unsigned long long>(a.total_ecc_errors, h, abi::NVML_MEMORY_ERROR_TYPE_CORRECTED, abi::NVML_VOLATILE_ECC);
-    r.ecc_uncorrected = query<unsigned long long>(a.total_ecc_errors, h, abi::NVML_MEMORY_ERROR_TYPE_UNCORRECTED, abi::NVML_VOLATILE_ECC);
-    r.pcie_generation = query<unsigned>(a.pcie_link_generation, h);
-    r.pcie_width = query<unsigned>(a.pcie_link_width, h);
+    detail::Trouble trouble;
+    const abi::nvmlDevice_t h = detail::handle(d, &trouble);
+    if (h) read_fields(h, r, trouble);
+    r.lost = trouble.lost;
+    r.error = std::move(trouble.error);
     return r;
 }
 
@@ -275,7 +337,7 @@ inline std::vector<ProcessReading> processes(Device d) {
 inline std::optional<std::uint64_t> clock_reasons(Device d) {
     const abi::nvmlDevice_t h = detail::handle(d);
     if (!h) return std::nullopt;
-    if (auto bits = detail::query<unsigned long long>(api().clocks_event_reasons, h)) return std::uint64_t(*bits);
+    if (auto bits = detail::query<unsigned long long>(nullptr, "", api().clocks_event_reasons, h)) return std::uint64_t(*bits);
     return std::nullopt;
 }
 

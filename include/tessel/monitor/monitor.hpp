@@ -2,7 +2,7 @@
 // every device on a background thread (NVML's readings, lib/nvml.hpp, and this process's tessel
 // allocator), keeps the samples in a ring buffer per device with summary statistics, and runs
 // policies that call back once per violation: temperature, power, memory fraction, clock throttling
-// for given reasons, new uncorrected ECC errors, XID events, and a leak watch on the allocator
+// for given reasons, new uncorrected ECC errors, XID events, a device lost, and a leak watch on the allocator
 // (growing across N checkpoints with no drop). stop() (and the destructor) joins the thread.
 // docs/monitoring.md shows it at work; on the sim the readings come from the simulated devices.
 #pragma once
@@ -50,7 +50,7 @@ struct Summary {
 };
 
 // What a policy watches.
-enum class AlertKind { temperature, power, memory_fraction, throttling, ecc_uncorrected, xid, allocator_growth };
+enum class AlertKind { temperature, power, memory_fraction, throttling, ecc_uncorrected, xid, allocator_growth, device_lost };
 inline const char* alert_name(AlertKind k) {
     switch (k) {
         case AlertKind::temperature: return "temperature";
@@ -60,6 +60,7 @@ inline const char* alert_name(AlertKind k) {
         case AlertKind::ecc_uncorrected: return "uncorrected ECC errors";
         case AlertKind::xid: return "XID";
         case AlertKind::allocator_growth: return "allocator growth";
+        case AlertKind::device_lost: return "device lost";
     }
     return "?";
 }
@@ -103,6 +104,9 @@ struct Policy {
     static Policy ecc_uncorrected(std::function<void(const Alert&)> f) { return {AlertKind::ecc_uncorrected, 0, std::move(f)}; }
     // An XID critical error (`xid` 0: any).
     static Policy xid(std::function<void(const Alert&)> f, std::uint64_t xid = 0) { return {AlertKind::xid, double(xid), std::move(f), xid}; }
+    // The device has fallen off the bus: NVML answers NVML_ERROR_GPU_IS_LOST (DCGM's "GPU lost";
+    // the XID 79 event, where delivered, comes through `xid`). Its queued work will not complete.
+    static Policy device_lost(std::function<void(const Alert&)> f) { return {AlertKind::device_lost, 0, std::move(f)}; }
     // The leak watch: this process's tessel allocator (allocated bytes) grew at each of the last
     // `checkpoints` checkpoints (Monitor::checkpoint(), e.g. once per training step) with no drop.
     static Policy allocator_growth(int checkpoints, std::function<void(const Alert&)> f) {
@@ -380,6 +384,12 @@ private:
                                                                               " since monitoring began: the memory is failing"));
                     break;
                 }
+                case AlertKind::device_lost:
+                    if (fire(active[dev], s.nvml.lost))
+                        fired.push_back(make_alert(pi, dev, 1, "device " + std::to_string(dev) + " is lost (" + s.nvml.error +
+                                                                  "): it has fallen off the bus and its queued work will not "
+                                                                  "complete; drain this node and reset the GPU"));
+                    break;
                 case AlertKind::xid:
                 case AlertKind::allocator_growth: break;  // take_sample's event poll; checkpoint()
             }

@@ -21,6 +21,7 @@ struct Config {
     std::optional<std::uint64_t> shuffle_seed;          // TESSEL_SIM_SHUFFLE: permute thread order
     std::size_t fiber_stack_bytes = 256 * 1024;         // TESSEL_SIM_STACK_KB
     bool peer_access = true;                            // TESSEL_SIM_PEER: devices may access each other (0: as PCIe without P2P)
+    int nvml_lost_device = -1;                          // TESSEL_SIM_NVML_LOST: a device NVML calls lost (-1: none)
 
     static Config from_env();
 };
@@ -45,6 +46,8 @@ inline Config Config::from_env() {
     if (const char* v = get("TESSEL_SIM_SHUFFLE"))
         c.shuffle_seed = env::parse_integer("TESSEL_SIM_SHUFFLE", v, 0, std::numeric_limits<std::uint64_t>::max());
     if (const char* v = get("TESSEL_SIM_PEER")) c.peer_access = env::parse_integer("TESSEL_SIM_PEER", v, 0, 1) == 1;
+    if (const char* v = get("TESSEL_SIM_NVML_LOST"))
+        c.nvml_lost_device = int(env::parse_integer("TESSEL_SIM_NVML_LOST", v, 0, max_devices - 1));
     if (const char* v = get("TESSEL_SIM_STACK_KB"))
         c.fiber_stack_bytes = std::size_t(env::parse_integer("TESSEL_SIM_STACK_KB", v, min_stack_kb, max_stack_kb)) * 1024;
     return c;

@@ -57,6 +57,9 @@ struct Injection {
     std::optional<unsigned> utilization_pct = std::nullopt;
     std::optional<unsigned long long> clocks_event_reasons = std::nullopt;
     std::optional<unsigned long long> ecc_corrected = std::nullopt, ecc_uncorrected = std::nullopt;
+    // true: the device has fallen off the bus; every call on it (its handle too) answers
+    // NVML_ERROR_GPU_IS_LOST, as NVML does after XID 79. false brings it back.
+    std::optional<bool> lost = std::nullopt;
 };
 // Sets device `device`'s injected fields (the set ones replace earlier injections of the same field).
 TESSEL_API void inject(int device, const Injection& values);
@@ -153,12 +156,19 @@ inline DeviceState& update(int i) {
     return d;
 }
 inline unsigned utilization(const DeviceState& d) { return d.injected.utilization_pct.value_or(d.utilization); }
+// Whether device i is lost: injected (Injection::lost), else TESSEL_SIM_NVML_LOST names it.
+inline bool lost(int i) {
+    const bool by_env = config().nvml_lost_device == i;
+    std::lock_guard lk(state().m);
+    return state().devices.size() > std::size_t(i) ? state().devices[std::size_t(i)].injected.lost.value_or(by_env) : by_env;
+}
 
 }  // namespace detail
 
 #define TESSEL_SIM_NVML_DEVICE(d, i)                              \
     const int i = detail::index_of(d);                            \
-    if (i < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (i < 0) return NVML_ERROR_INVALID_ARGUMENT;                \
+    if (detail::lost(i)) return NVML_ERROR_GPU_IS_LOST;
 
 TESSEL_API nvmlReturn_t nvmlInit_v2() { return NVML_SUCCESS; }
 
@@ -172,6 +182,7 @@ TESSEL_API const char* nvmlErrorString(nvmlReturn_t r) {
         case NVML_ERROR_NOT_FOUND: return "Not Found";
         case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
         case NVML_ERROR_TIMEOUT: return "Timeout";
+        case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
         case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
         default: return "Unknown Error";
     }
@@ -185,6 +196,7 @@ TESSEL_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
 
 TESSEL_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
     if (!device || index >= unsigned(detail::device_count())) return NVML_ERROR_INVALID_ARGUMENT;
+    if (detail::lost(int(index))) return NVML_ERROR_GPU_IS_LOST;
     *device = reinterpret_cast<nvmlDevice_t>(std::intptr_t(index) + 1);
     return NVML_SUCCESS;
 }
@@ -402,6 +414,7 @@ TESSEL_API void inject(int device, const Injection& values) {
     if (values.clocks_event_reasons) in.clocks_event_reasons = values.clocks_event_reasons;
     if (values.ecc_corrected) in.ecc_corrected = values.ecc_corrected;
     if (values.ecc_uncorrected) in.ecc_uncorrected = values.ecc_uncorrected;
+    if (values.lost) in.lost = values.lost;
 }
 
 TESSEL_API void clear_injections() {
