@@ -235,15 +235,19 @@ def charts(path, ctx, rows, directory):
             if b.get("GFLOP/s") and b.get("flops_per_iter") and b.get("bytes_per_iter")]
     if roof and ctx.get("ceiling_d2d_copy_gbs"):
         bw = float(ctx["ceiling_d2d_copy_gbs"])
-        peak = ctx.get("ceiling_sgemm_tflops", "n/a")
         fig, ax = plt.subplots(figsize=(7, 5))
         lo = min(i for _, i, _ in roof) / 10
         hi = max(i for _, i, _ in roof) * 10
         xs = [lo * (hi / lo) ** (k / 100) for k in range(101)]
-        ys = [bw * x for x in xs]  # GB/s x FLOP/byte = GFLOP/s
-        if peak != "n/a":
-            ys = [min(y, float(peak) * 1e3) for y in ys]
-        ax.loglog(xs, ys, color="#cc3311", label=f"roof: {bw} GB/s" + (f", SGEMM {peak} TFLOP/s" if peak != "n/a" else ""))
+        # One roof per measured compute ceiling (fp32 points sit under the SGEMM roof, bf16/fp8/int8
+        # under the bf16 one); the memory roof alone where none was measured (the sim).
+        peaks = [(label, float(ctx[key]), style) for key, label, style in
+                 (("ceiling_sgemm_tflops", "SGEMM", "-"), ("ceiling_bf16_gemm_tflops", "bf16 GEMM", "--"))
+                 if ctx.get(key) not in (None, "", "n/a")]
+        for label, peak, style in peaks or [(None, None, "-")]:
+            ys = [bw * x if peak is None else min(bw * x, peak * 1e3) for x in xs]  # GB/s x FLOP/byte = GFLOP/s
+            ax.loglog(xs, ys, color="#cc3311", linestyle=style,
+                      label=f"roof: {bw} GB/s" + (f", {label} {peak:g} TFLOP/s" if peak is not None else ""))
         for name, i, g in roof:
             ax.loglog([i], [g], "o")
             ax.annotate(name, (i, g), fontsize=7)
