@@ -36,8 +36,8 @@ void BM_Copy(benchmark::State& state) {
     mem::deallocate(dev);
     if (Pinned) mem::deallocate_host(host);
 }
-BENCHMARK(BM_Copy<false>)->ArgsProduct({{1 << 16, 1 << 20, 1 << 24, 1 << 27}, {h2d, d2h}})->UseManualTime();
-BENCHMARK(BM_Copy<true>)->ArgsProduct({{1 << 16, 1 << 20, 1 << 24, 1 << 27}, {h2d, d2h}})->UseManualTime();
+TESSEL_BENCHMARK(BM_Copy<false>)->ArgsProduct({{1 << 16, 1 << 20, 1 << 24, 1 << 27}, {h2d, d2h}})->UseManualTime();
+TESSEL_BENCHMARK(BM_Copy<true>)->ArgsProduct({{1 << 16, 1 << 20, 1 << 24, 1 << 27}, {h2d, d2h}})->UseManualTime();
 
 struct Scale {
     __host__ __device__ float operator()(float x) const { return 3.f * x + 1.f; }
@@ -56,7 +56,7 @@ void BM_Pipeline(benchmark::State& state) {
     state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(2 * n * sizeof(float)));
     state.SetLabel(streams == 1 ? "one piece, one stream" : std::to_string(streams) + " streams, 8 chunks");
 }
-BENCHMARK(BM_Pipeline)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+TESSEL_BENCHMARK(BM_Pipeline)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -131,18 +131,18 @@ void BM_expression_host_overhead(benchmark::State& state, bool bias_add) {
 
 // Registered by name: the implementation is the second component, so the report pairs tessel with CUB.
 const bool registered = [] {
-    benchmark::RegisterBenchmark("BM_fma/tessel/f32", BM_fma<float>, 0)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_fma/tessel/bf16", BM_fma<__nv_bfloat16>, 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_fma/tessel/f32", tessel::bench::guarded(BM_fma<float>), 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_fma/tessel/bf16", tessel::bench::guarded(BM_fma<__nv_bfloat16>), 0)->UseManualTime();
 #if defined(TESSEL_BACKEND_CUDA)
-    benchmark::RegisterBenchmark("BM_fma/cub/f32", BM_fma<float>, 1)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_fma/cub/bf16", BM_fma<__nv_bfloat16>, 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_fma/cub/f32", tessel::bench::guarded(BM_fma<float>), 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_fma/cub/bf16", tessel::bench::guarded(BM_fma<__nv_bfloat16>), 1)->UseManualTime();
 #endif
     for (bool bias_add : {false, true})
         benchmark::RegisterBenchmark(bias_add ? "BM_expression_host_overhead/bias_add" : "BM_expression_host_overhead/fma",
-                                     BM_expression_host_overhead, bias_add)
+                                     tessel::bench::guarded(BM_expression_host_overhead), bias_add)
             ->UseManualTime()
             ->Iterations(200);  // the timed host part is microseconds; the device work between samples is not
     return true;
 }();
-BENCHMARK(BM_cast_f32_bf16)->UseManualTime();
-BENCHMARK(BM_to_bf16)->Name("BM_to_bf16/f32")->UseManualTime();
+TESSEL_BENCHMARK(BM_cast_f32_bf16)->UseManualTime();
+TESSEL_BENCHMARK(BM_to_bf16)->Name("BM_to_bf16/f32")->UseManualTime();

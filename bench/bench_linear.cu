@@ -91,10 +91,10 @@ void BM_matmul_host_overhead(benchmark::State& state, tessel::MatmulPolicy polic
 const bool registered = [] {
     for (Impl impl : {Impl::tessel, Impl::cublas})
         benchmark::RegisterBenchmark(impl == Impl::tessel ? "BM_linear_bias_gelu/tessel/bf16" : "BM_linear_bias_gelu/cublas/bf16",
-                                     BM_linear_bias_gelu, impl)
+                                     tessel::bench::guarded(BM_linear_bias_gelu), impl)
             ->UseManualTime();
     for (auto policy : {tessel::MatmulPolicy::handwritten, tessel::MatmulPolicy::library})
-        benchmark::RegisterBenchmark((std::string("BM_matmul_host_overhead/") + tessel::policy_name(policy)).c_str(), BM_matmul_host_overhead,
+        benchmark::RegisterBenchmark((std::string("BM_matmul_host_overhead/") + tessel::policy_name(policy)).c_str(), tessel::bench::guarded(BM_matmul_host_overhead),
                                      policy)
             ->UseManualTime()
             ->Iterations(sim() ? 20 : 200);  // the timed host part is microseconds; the device work between samples is not

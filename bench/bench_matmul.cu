@@ -113,8 +113,8 @@ void register_products(const std::string& family, const std::string& shape, Mnk 
     for (Dtype d : {Dtype::f32, Dtype::tf32, Dtype::bf16, Dtype::int8, Dtype::e4m3}) {
         const std::string dt = std::string("/") + dtype_name(d) + "/" + shape;
         if (d != Dtype::e4m3)  // no hand-written fp8 kernel
-            benchmark::RegisterBenchmark((family + "/tessel" + dt).c_str(), BM_matmul, tessel::MatmulPolicy::handwritten, d, p)->UseManualTime();
-        benchmark::RegisterBenchmark((family + "/cublas" + dt).c_str(), BM_matmul, tessel::MatmulPolicy::library, d, p)->UseManualTime();
+            benchmark::RegisterBenchmark((family + "/tessel" + dt).c_str(), tessel::bench::guarded(BM_matmul), tessel::MatmulPolicy::handwritten, d, p)->UseManualTime();
+        benchmark::RegisterBenchmark((family + "/cublas" + dt).c_str(), tessel::bench::guarded(BM_matmul), tessel::MatmulPolicy::library, d, p)->UseManualTime();
     }
 }
 
@@ -140,7 +140,7 @@ const bool registered = [] {
         register_products("BM_matmul", std::to_string(n), {n, n, n});
 #if defined(TESSEL_BENCH_HAS_OPENBLAS)
         if (n <= 4096)  // 8192^3 is seconds per product on a CPU
-            benchmark::RegisterBenchmark(("BM_matmul/openblas/f32/" + std::to_string(n)).c_str(), BM_matmul_openblas, n)->UseManualTime();
+            benchmark::RegisterBenchmark(("BM_matmul/openblas/f32/" + std::to_string(n)).c_str(), tessel::bench::guarded(BM_matmul_openblas), n)->UseManualTime();
 #endif
     }
     // The names keep the full shape (the dispatch table's shape class reads it); the sim runs it cut.

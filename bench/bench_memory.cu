@@ -27,7 +27,7 @@ void BM_CachedPair(benchmark::State& state) {
     }
     state.SetLabel(mem::backend() == mem::Backend::async ? "cudaMallocAsync backend" : "native caching allocator");
 }
-BENCHMARK(BM_CachedPair)->RangeMultiplier(16)->Range(512, 256 << 20);
+TESSEL_BENCHMARK(BM_CachedPair)->RangeMultiplier(16)->Range(512, 256 << 20);
 
 void BM_RuntimePair(benchmark::State& state) {
     const std::size_t bytes = std::size_t(state.range(0));
@@ -38,7 +38,7 @@ void BM_RuntimePair(benchmark::State& state) {
     }
     state.SetLabel(tessel::backend == tessel::Backend::sim ? "sim cudaMalloc+cudaFree" : "cudaMalloc+cudaFree");
 }
-BENCHMARK(BM_RuntimePair)->RangeMultiplier(16)->Range(512, 256 << 20);
+TESSEL_BENCHMARK(BM_RuntimePair)->RangeMultiplier(16)->Range(512, 256 << 20);
 
 void BM_PinnedCachedPair(benchmark::State& state) {
     const std::size_t bytes = std::size_t(state.range(0));
@@ -49,7 +49,7 @@ void BM_PinnedCachedPair(benchmark::State& state) {
         mem::deallocate_host(p);
     }
 }
-BENCHMARK(BM_PinnedCachedPair)->Arg(4096)->Arg(1 << 20)->Arg(64 << 20);
+TESSEL_BENCHMARK(BM_PinnedCachedPair)->Arg(4096)->Arg(1 << 20)->Arg(64 << 20);
 
 // Random sizes (log-uniform 512 B .. 32 MiB) on 4 streams, up to 64 live blocks.
 void BM_Churn(benchmark::State& state) {
@@ -80,7 +80,7 @@ void BM_Churn(benchmark::State& state) {
     mem::empty_cache();
     for (std::size_t i = 1; i < streams.size(); ++i) tessel::rt::stream_destroy(streams[i]);
 }
-BENCHMARK(BM_Churn)->Iterations(200000);
+TESSEL_BENCHMARK(BM_Churn)->Iterations(200000);
 
 }  // namespace
 

@@ -154,14 +154,14 @@ void BM_dot(benchmark::State& state, int impl) {
 
 // Registered by name: the implementation is the second component, so the report pairs tessel with CUB.
 const bool registered = [] {
-    benchmark::RegisterBenchmark("BM_sum/tessel/f32", BM_sum, 0)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_row_sum/tessel/f32", BM_row_sum, 0)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_col_sum/tessel/f32", BM_col_sum)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_dot/tessel/f32", BM_dot, 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_sum/tessel/f32", tessel::bench::guarded(BM_sum), 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_row_sum/tessel/f32", tessel::bench::guarded(BM_row_sum), 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_col_sum/tessel/f32", tessel::bench::guarded(BM_col_sum))->UseManualTime();
+    benchmark::RegisterBenchmark("BM_dot/tessel/f32", tessel::bench::guarded(BM_dot), 0)->UseManualTime();
 #if defined(TESSEL_BACKEND_CUDA)
-    benchmark::RegisterBenchmark("BM_dot/cublas/f32", BM_dot, 1)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_sum/cub/f32", BM_sum, 1)->UseManualTime();
-    benchmark::RegisterBenchmark("BM_row_sum/cub/f32", BM_row_sum, 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_dot/cublas/f32", tessel::bench::guarded(BM_dot), 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_sum/cub/f32", tessel::bench::guarded(BM_sum), 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_row_sum/cub/f32", tessel::bench::guarded(BM_row_sum), 1)->UseManualTime();
 #endif
     return true;
 }();

@@ -52,12 +52,12 @@ void time_per_thread_round(benchmark::State& state, void (*kernel)(int, int*), c
 
 // One barrier per thread per round: time per (thread x barrier) is the cost of one fiber switch.
 void BM_BarrierPerThread(benchmark::State& state) { time_per_thread_round(state, barrier_loop, "s_per_thread_barrier"); }
-BENCHMARK(BM_BarrierPerThread)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
+TESSEL_BENCHMARK(BM_BarrierPerThread)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // One warp shuffle per thread per round: the cost of a warp collective per lane (a fiber switch
 // and the group's bookkeeping, which must not grow with the lanes that already wait).
 void BM_ShufflePerThread(benchmark::State& state) { time_per_thread_round(state, shuffle_loop, "s_per_thread_shuffle"); }
-BENCHMARK(BM_ShufflePerThread)->Arg(32)->Arg(256)->UseManualTime()->Unit(benchmark::kMicrosecond);
+TESSEL_BENCHMARK(BM_ShufflePerThread)->Arg(32)->Arg(256)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // Launch to completion of an empty one-block kernel, host-timed: the launch path's latency.
 void BM_LaunchLatency(benchmark::State& state) {
@@ -70,7 +70,7 @@ void BM_LaunchLatency(benchmark::State& state) {
     }
     tessel::rt::free_device(sink);
 }
-BENCHMARK(BM_LaunchLatency)->Unit(benchmark::kMicrosecond);
+TESSEL_BENCHMARK(BM_LaunchLatency)->Unit(benchmark::kMicrosecond);
 
 // 100 back-to-back launches, event-timed: throughput of queued launches.
 void BM_LaunchThroughput(benchmark::State& state) {
@@ -83,7 +83,7 @@ void BM_LaunchThroughput(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations() * 100);
     tessel::rt::free_device(sink);
 }
-BENCHMARK(BM_LaunchThroughput)->UseManualTime()->Unit(benchmark::kMicrosecond);
+TESSEL_BENCHMARK(BM_LaunchThroughput)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // A kernel with no barrier: on the sim each block runs as a plain loop (no per-thread fibers).
 void BM_PlainLoopThreads(benchmark::State& state) {
@@ -96,7 +96,7 @@ void BM_PlainLoopThreads(benchmark::State& state) {
     tessel::bench::report_bytes(state, 2.0 * n * sizeof(int));
     tessel::rt::free_device(x);
 }
-BENCHMARK(BM_PlainLoopThreads)->UseManualTime()->Unit(benchmark::kMillisecond);
+TESSEL_BENCHMARK(BM_PlainLoopThreads)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // The 512x512x512 tiled shared-memory matmul (float).
 void BM_TiledMatmul512(benchmark::State& state) {
@@ -121,7 +121,7 @@ void BM_TiledMatmul512(benchmark::State& state) {
     tessel::bench::report_error(state, std::fabs(double(corner) - 0.25 * k) / (0.25 * k), 1e-6);
     for (float* p : {a, b, c}) tessel::rt::free_device(p);
 }
-BENCHMARK(BM_TiledMatmul512)->UseManualTime()->Unit(benchmark::kMillisecond);
+TESSEL_BENCHMARK(BM_TiledMatmul512)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

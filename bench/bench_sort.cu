@@ -81,9 +81,9 @@ void BM_sort(benchmark::State& state, int impl) {
 
 // Registered by name: the implementation is the second component, so the report pairs tessel with CUB.
 const bool registered = [] {
-    benchmark::RegisterBenchmark("BM_sort/tessel/f32", BM_sort, 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_sort/tessel/f32", tessel::bench::guarded(BM_sort), 0)->UseManualTime();
 #if defined(TESSEL_BACKEND_CUDA)
-    benchmark::RegisterBenchmark("BM_sort/cub/f32", BM_sort, 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_sort/cub/f32", tessel::bench::guarded(BM_sort), 1)->UseManualTime();
 #endif
     return true;
 }();

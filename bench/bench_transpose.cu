@@ -65,11 +65,11 @@ void BM_batched_permute(benchmark::State& state) {
 }
 
 const bool registered = [] {
-    benchmark::RegisterBenchmark("BM_transpose/tessel/f32", BM_transpose, 0)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_transpose/tessel/f32", tessel::bench::guarded(BM_transpose), 0)->UseManualTime();
 #if defined(TESSEL_BACKEND_CUDA)
-    benchmark::RegisterBenchmark("BM_transpose/cublas/f32", BM_transpose, 1)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_transpose/cublas/f32", tessel::bench::guarded(BM_transpose), 1)->UseManualTime();
 #endif
-    benchmark::RegisterBenchmark("BM_batched_permute", BM_batched_permute)->UseManualTime();
+    benchmark::RegisterBenchmark("BM_batched_permute", tessel::bench::guarded(BM_batched_permute))->UseManualTime();
     return true;
 }();
 

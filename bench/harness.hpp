@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <string>
+#include <exception>
+#include <new>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <tessel/lib/cublas.hpp>
@@ -128,44 +130,86 @@ struct TimingOptions {
     int warmup = 2;         // untimed runs first: module load, caches, allocator
 };
 
-// Keeps one SM busy for `ticks` of clock64 (cycles on a GPU, nanoseconds on the sim). A template so
-// that every benchmark file may include it.
+// The host's switch for hold_stream, in pinned memory (which kernels read directly under unified
+// addressing); one per process: benchmarks run one at a time.
+struct HoldFlags {
+    int release = 0;
+    int timed_out = 0;
+};
+inline HoldFlags& hold_flags() {
+    static HoldFlags* f = new (memory::allocate_host(sizeof(HoldFlags))) HoldFlags();  // never freed: used to the end
+    return *f;
+}
+
+// Holds the stream, one thread spinning, until the host sets `release` or `timeout` ticks of
+// clock64 pass (cycles on a GPU, nanoseconds on the sim), which it records in `timed_out`:
+// nvbench's blocking kernel. A template so that every benchmark file may include it.
 template <class = void>
-__global__ void hold_stream(long long ticks) {
+__global__ void hold_stream(const volatile int* release, volatile int* timed_out, long long timeout) {
     const long long start = clock64();
-    while (clock64() - start < ticks) {
+    for (;;) {
+#if defined(TESSEL_BACKEND_SIM)
+        if (__atomic_load_n(const_cast<const int*>(release), __ATOMIC_ACQUIRE)) return;  // the host writes it from another thread
+#else
+        if (*release) return;
+#endif
+        if (clock64() - start > timeout) {
+            *timed_out = 1;
+            return;
+        }
     }
 }
 
 // Times `body()` (which queues work on `s`) with events, one sample per benchmark iteration, as
 // Google Benchmark manual time. Use with ->UseManualTime() and ask for repetitions to get medians.
-// Before each sample the stream gets work to run while the host queues the sample (the L2 flush, or
-// 20 us of one SM spinning): the start event then fires when the GPU reaches the sample, not while
-// the host is still dispatching it, so a sample is the GPU's time alone, as bench/torch_compare.py
-// measures PyTorch (behind a 256 MiB fill). A benchmark that throws is reported skipped with the
-// exception's message, and the run goes on to the next one.
+// A sample is the GPU's time alone: the stream is held by hold_stream (after the L2 flush, when
+// asked) until the host has queued the sample and its stop event, so the start event fires when
+// the GPU reaches the sample, not while the host is still dispatching it (PyTorch is timed the same
+// way: bench/torch_compare.py). A body that waits for the stream on the host (a pageable copy)
+// would wait for the hold: the hold gives up after 1 ms, and the benchmark's later samples are
+// held by a fixed 20 us instead (counter hold_fallback = 1).
 template <class F>
 void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptions o = {}) {
-    try {
-        std::optional<L2Flusher> flusher;
-        if (o.flush_l2) flusher.emplace(s);
-        const DeviceProperties p = properties();
-        const long long hold = p.simulated ? 20000 : std::max<long long>(1, p.clock_khz) * 20 / 1000;
-        for (int i = 0; i < o.warmup; ++i) body();
-        s.synchronize();
-        Event start, stop;
-        for (auto _ : state) {
-            if (flusher) flusher->flush();
-            else launch(hold_stream<>, 1, 1, 0, s.handle(), hold);
-            start.record(s);
-            body();
-            stop.record(s);
-            stop.synchronize();
-            state.SetIterationTime(double(start.elapsed_ms(stop)) / 1e3);
+    std::optional<L2Flusher> flusher;
+    if (o.flush_l2) flusher.emplace(s);
+    const DeviceProperties p = properties();
+    const long long ms = p.simulated ? 1000000 : std::max<long long>(1, p.clock_khz);  // clock64 ticks per millisecond
+    HoldFlags& flags = hold_flags();
+    bool released = true;  // hold until released; false: the fixed hold
+    for (int i = 0; i < o.warmup; ++i) body();
+    s.synchronize();
+    Event start, stop;
+    for (auto _ : state) {
+        if (flusher) flusher->flush();
+        __atomic_store_n(&flags.release, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&flags.timed_out, 0, __ATOMIC_RELAXED);
+        if (released) launch(hold_stream<>, 1, 1, 0, s.handle(), &flags.release, &flags.timed_out, ms);
+        else launch(hold_stream<>, 1, 1, 0, s.handle(), &flags.release, &flags.timed_out, ms / 50);
+        start.record(s);
+        body();
+        stop.record(s);
+        if (released) __atomic_store_n(&flags.release, 1, __ATOMIC_RELEASE);
+        stop.synchronize();
+        if (released && __atomic_load_n(&flags.timed_out, __ATOMIC_ACQUIRE)) {
+            released = false;
+            state.counters["hold_fallback"] = 1;
         }
-    } catch (const std::exception& e) {
-        state.SkipWithError(e.what());
+        state.SetIterationTime(double(start.elapsed_ms(stop)) / 1e3);
     }
+}
+
+// A benchmark function that reports an exception as a skipped benchmark with its message, so one
+// failure (out of memory on a large shape, a CUDA error) does not end the run and lose the rest:
+// wrap every registered function (RegisterBenchmark(name, guarded(fn), args...), TESSEL_BENCHMARK).
+template <class F>
+auto guarded(F fn) {
+    return [fn](benchmark::State& state, auto&&... args) {
+        try {
+            fn(state, args...);
+        } catch (const std::exception& e) {
+            state.SkipWithError(e.what());
+        }
+    };
 }
 
 // Reports the bytes each iteration moved as GB/s and as a percentage of a ceiling measured in this
@@ -195,3 +239,10 @@ inline void report_error(benchmark::State& state, double relative_error, double 
 }
 
 }  // namespace tessel::bench
+
+// BENCHMARK(fn) with fn guarded (an exception skips the benchmark), under fn's own name.
+#define TESSEL_BENCHMARK_CONCAT2(a, b) a##b
+#define TESSEL_BENCHMARK_CONCAT(a, b) TESSEL_BENCHMARK_CONCAT2(a, b)
+#define TESSEL_BENCHMARK(...)                                                                    \
+    [[maybe_unused]] static ::benchmark::internal::Benchmark* TESSEL_BENCHMARK_CONCAT(tessel_benchmark_, __COUNTER__) = \
+        ::benchmark::RegisterBenchmark(#__VA_ARGS__, ::tessel::bench::guarded(__VA_ARGS__))

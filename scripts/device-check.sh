@@ -107,7 +107,7 @@ sanitizer_pid=$!
 timeout "$(budget 110)" ctest --test-dir $build --output-on-failure -j 4 \
   -E '^headers[.]|^kernels[.]budgets$|^bench[.]quick-set-and-report$' >"$OUT/ctest.log" 2>&1
 rc=$?
-row "ctest" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
+row "ctest" "$( ((rc == 0)) && echo ok || { ((rc == 124)) && echo TIMEOUT || echo FAILED; })" "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
 wait $sanitizer_pid
 while IFS='|' read -r name status detail; do row "$name" "$status" "$detail"; done <"$OUT/sanitizer.rows"
 rm -f "$OUT/sanitizer.rows"
@@ -156,14 +156,20 @@ if runs:
     for r in runs[1:]:
         merged["benchmarks"] += r.get("benchmarks", [])
     json.dump(merged, open(main, "w"), indent=1)
-    print(f"merge: {len(merged['benchmarks'])} results in {main}")
+    failed = [b.get("name", "?") for b in merged["benchmarks"] if b.get("error_occurred")]
+    print(f"merge: {len(merged['benchmarks'])} results in {main}, {len(failed)} failed")
+    for name in failed:
+        print(f"merge: failed: {name}")
 if os.path.exists(extra):
     os.remove(extra)
 PY
   status=ok
   ((rc1 == 124 || rc2 == 124)) && status=PARTIAL  # cut by its cap: the results before the cut are kept
   ((rc1 != 0 && rc1 != 124 || rc2 != 0 && rc2 != 124)) && status=FAILED
-  row "tessel-bench" "$status" "bench.json ($((SECONDS - t0)) s; exit codes $rc1, $rc2; $(grep -o 'merge: [0-9]* results' "$OUT/bench.log" | tail -1))"
+  # A benchmark that threw or computed a wrong result is skipped with its message (error_occurred)
+  # and the run goes on: the row fails all the same.
+  grep -q 'merge: .*, [1-9][0-9]* failed' "$OUT/bench.log" && status=FAILED
+  row "tessel-bench" "$status" "bench.json ($((SECONDS - t0)) s; exit codes $rc1, $rc2; $(grep -o 'merge: [0-9]* results.*' "$OUT/bench.log" | tail -1 | sed 's/ in [^,]*,/,/'))"
   cat "$OUT/bench.log" >>"$OUT/ctest.log"  # at most 8 files come back from $OUT
   rm -f "$OUT/bench.log"
 fi

@@ -227,7 +227,7 @@ inline std::string prometheus_text() {
         {"tessel_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the driver loaded.",
          [](const auto& r) { return r.ecc_uncorrected ? std::optional<double>(double(*r.ecc_uncorrected)) : std::nullopt; }},
         {"tessel_gpu_lost", "1 when NVML says the GPU is lost (fallen off the bus), else 0.",
-         [](const auto& r) { return std::optional<double>(r.lost ? 1 : 0); }},
+         [](const auto& r) { return tessel::nvml::available() ? std::optional<double>(r.lost ? 1 : 0) : std::nullopt; }},
     };
     std::vector<std::pair<std::string, tessel::nvml::DeviceReading>> devices;
     for (int i = 0; i < tessel::device_count(); ++i) {

@@ -99,8 +99,8 @@ inline const Loaded& loaded() {
 }
 
 // What went wrong reading a device beyond the fields it does not report (NOT_SUPPORTED,
-// NO_PERMISSION, NOT_FOUND leave a field empty quietly): the first failed call and NVML's words,
-// and whether NVML said the GPU is lost.
+// NO_PERMISSION, NOT_FOUND leave a field empty quietly): the first failed call and NVML's words
+// (the first that said the GPU is lost, once one did), and whether one did.
 struct Trouble {
     bool lost = false;
     std::string error;
@@ -108,8 +108,9 @@ struct Trouble {
         if (r == abi::NVML_SUCCESS || r == abi::NVML_ERROR_NOT_SUPPORTED || r == abi::NVML_ERROR_NO_PERMISSION ||
             r == abi::NVML_ERROR_NOT_FOUND)
             return;
-        lost = lost || r == abi::NVML_ERROR_GPU_IS_LOST;
-        if (!error.empty()) return;
+        const bool now_lost = r == abi::NVML_ERROR_GPU_IS_LOST && !lost;
+        lost = lost || now_lost;
+        if (!error.empty() && !now_lost) return;  // the loss replaces an earlier, lesser failure
         const char* words = loaded().api.error_string ? loaded().api.error_string(r) : nullptr;
         error = std::string(call) + ": " + (words ? words : "NVML error") + " (" + std::to_string(r) + ")";
     }
@@ -312,11 +313,14 @@ inline std::vector<ProcessReading> processes(Device d) {
     }
     if (a.process_utilization && !out.empty()) {
         // lastSeenTimeStamp 0 returns every sample the driver holds, several per process and in no
-        // documented order: the buffer grows to the count NVML asks for, and each process takes its
-        // newest sample.
-        std::vector<abi::nvmlProcessUtilizationSample_t> samples(out.size() + 8);
+        // documented order: the buffer is sized by the documented query (a null buffer: NVML
+        // answers INSUFFICIENT_SIZE with the count), grows if more samples arrive before the read,
+        // and each process takes its newest sample.
         unsigned count = 0;
-        abi::nvmlReturn_t s = abi::NVML_ERROR_INSUFFICIENT_SIZE;
+        abi::nvmlReturn_t s = a.process_utilization(h, nullptr, &count, 0);
+        if (s != abi::NVML_ERROR_INSUFFICIENT_SIZE) count = 0;  // no count given: start from the processes'
+        std::vector<abi::nvmlProcessUtilizationSample_t> samples(std::max<std::size_t>(count, out.size()) + 8);
+        if (s != abi::NVML_ERROR_NOT_FOUND) s = abi::NVML_ERROR_INSUFFICIENT_SIZE;  // NOT_FOUND: no samples at all
         for (int attempt = 0; attempt < 4 && s == abi::NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
             count = unsigned(samples.size());
             s = a.process_utilization(h, samples.data(), &count, 0);
