@@ -142,6 +142,10 @@ def load(path):
             return json.loads(text + tail)
         except ValueError:
             pass
+    try:  # cut right after a result's separating comma
+        return json.loads(text.rstrip().rstrip(",") + "\n  ]\n}")
+    except ValueError:
+        pass
     body = text[: text.rfind("\n    {")]  # cut inside a result: drop it
     try:
         return json.loads(body.rstrip().rstrip(",") + "\n  ]\n}")

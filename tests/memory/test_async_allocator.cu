@@ -103,9 +103,9 @@ TEST_CASE("the async backend trims the pool and retries before OutOfMemoryError"
 
 // A device's pool (and on a GPU its context, hundreds of MiB) is made by its first allocation, not
 // by the first allocation anywhere: statistics, empty_cache and the invariants of a device never
-// used leave it alone. tests.sim-async-backend has two simulated devices; nothing before this test
-// uses device 1.
-TEST_CASE("the async backend makes a device's pool on its first allocation there", "[.async]") {
+// used leave it alone. Its own ctest entry (tests.sim-async-lazy: a process of two simulated
+// devices that nothing else touches), since any earlier test could have used device 1.
+TEST_CASE("the async backend makes a device's pool on its first allocation there", "[.async-lazy]") {
     REQUIRE(tessel::device_count() >= 2);
     const tessel::Device other{1};
     REQUIRE(tessel::current_device().index == 0);

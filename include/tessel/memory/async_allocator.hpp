@@ -1,5 +1,7 @@
 // The second device-memory backend (TESSEL_ALLOC_CONF=backend:async): the driver's stream-ordered
-// allocator (cudaMallocAsync / cudaFreeAsync on the device's default memory pool). The pool does the
+// allocator (cudaMallocFromPoolAsync / cudaFreeAsync on the device's default memory pool, named
+// explicitly: a program that makes another pool current with cudaDeviceSetMemPool leaves tessel's
+// allocations, statistics, trimming and peer access on the one pool). The pool does the
 // caching; tessel keeps the same statistics as far as the pool's attributes allow (allocations and
 // allocated bytes counted here, reserved bytes from the pool), the same record_stream semantics and
 // the same free-then-retry-then-OutOfMemoryError path.
@@ -39,7 +41,7 @@ public:
         }
         DeviceGuard g(Device{device_});
         void* p = nullptr;
-        cudaError_t e = rt::api::cudaMallocAsync(&p, bytes, stream);
+        cudaError_t e = rt::api::cudaMallocFromPoolAsync(&p, bytes, pool_, stream);
         if (e == cudaErrorMemoryAllocation) {
             (void)rt::api::cudaGetLastError();
             rt::device_synchronize();  // frees queued on streams complete, then the pool gives memory back
@@ -47,14 +49,14 @@ public:
             std::lock_guard lk(m_);
             ++stats_.num_alloc_retries;
         }
-        if (e == cudaErrorMemoryAllocation) e = rt::api::cudaMallocAsync(&p, bytes, stream);
+        if (e == cudaErrorMemoryAllocation) e = rt::api::cudaMallocFromPoolAsync(&p, bytes, pool_, stream);
         if (e == cudaErrorMemoryAllocation) {
             (void)rt::api::cudaGetLastError();
             std::lock_guard lk(m_);
             ++stats_.num_ooms;
             throw OutOfMemoryError(oom_message(bytes));
         }
-        rt::check(e, "cudaMallocAsync");
+        rt::check(e, "cudaMallocFromPoolAsync");
         std::lock_guard lk(m_);
         live_[p] = Live{bytes, stream, {}};
         count(bytes, true);

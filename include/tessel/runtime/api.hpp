@@ -47,6 +47,7 @@ using ::cudaGetLastError;
 using ::cudaHostAlloc;
 using ::cudaMalloc;
 using ::cudaMallocAsync;
+using ::cudaMallocFromPoolAsync;
 using ::cudaMallocHost;
 using ::cudaMallocManaged;
 using ::cudaMemAdvise;

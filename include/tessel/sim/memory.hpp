@@ -74,6 +74,7 @@ TESSEL_API cudaError_t cudaMemAdvise(const void* p, std::size_t n, cudaMemoryAdv
     return detail::ok();
 }
 TESSEL_API cudaError_t cudaFree(void* p) {
+    detail::use_context();  // cudaFree(nullptr) is the usual way to make the context
     if (!p) return detail::ok();
     // cudaFree synchronises the device, so no queued kernel still uses the memory.
     {
@@ -198,6 +199,8 @@ TESSEL_API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
     if (auto e = ::tessel::sim::api::cudaDeviceCanAccessPeer(&can, device, peer); e != cudaSuccess) return e;
     if (flags != 0) return detail::fail(cudaErrorInvalidValue, "cudaDeviceEnablePeerAccess: flags must be 0");
     if (!can) return detail::fail(cudaErrorPeerAccessUnsupported, "device " + std::to_string(device) + " cannot access device " + std::to_string(peer));
+    detail::use_context(device);  // both contexts: the mapping is made between them
+    detail::use_context(peer);
     std::lock_guard lk(detail::rt().m);
     if (!detail::rt().peer_enabled.insert({device, peer}).second)
         return detail::fail(cudaErrorPeerAccessAlreadyEnabled, "peer access from device " + std::to_string(device) + " to " + std::to_string(peer) + " is already enabled");

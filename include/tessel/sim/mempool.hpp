@@ -16,6 +16,7 @@ namespace tessel::sim::api {
 // The stream-ordered allocator calls, with the CUDA runtime's signatures and error codes.
 TESSEL_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
 TESSEL_API cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s);
+TESSEL_API cudaError_t cudaMallocFromPoolAsync(void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s);
 TESSEL_API cudaError_t cudaFreeAsync(void* p, cudaStream_t s);
 TESSEL_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, std::size_t keep);
 TESSEL_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
@@ -73,10 +74,17 @@ TESSEL_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int devi
 TESSEL_API cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) {
     *p = nullptr;
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
+    return ::tessel::sim::api::cudaMallocFromPoolAsync(p, n, detail::default_pool(detail::resolve(s)->device), s);  // the current pool
+}
+
+TESSEL_API cudaError_t cudaMallocFromPoolAsync(void** p, std::size_t n, cudaMemPool_t pool, cudaStream_t s) {
+    *p = nullptr;
+    if (!pool) return detail::fail(cudaErrorInvalidValue, "cudaMallocFromPoolAsync from a null pool");
+    if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     if (n == 0) return detail::ok();
     CUstream_st* st = detail::resolve(s);
     detail::use_context(st->device);
-    CUmemPoolHandle_st* pool = detail::default_pool(st->device);
+    detail::use_context(pool->device);
     std::lock_guard lk(pool->m);
     std::size_t best = pool->freed.size();
     for (std::size_t i = 0; i < pool->freed.size(); ++i) {
@@ -91,7 +99,7 @@ TESSEL_API cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) 
         pool->freed.erase(pool->freed.begin() + std::ptrdiff_t(best));
     } else {
         const int saved = detail::current_device;
-        detail::current_device = st->device;
+        detail::current_device = pool->device;
         const cudaError_t e = ::tessel::sim::api::cudaMalloc(p, n);
         detail::current_device = saved;
         if (e != cudaSuccess) return e;
@@ -109,7 +117,14 @@ TESSEL_API cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
     detail::use_context(st->device);
-    CUmemPoolHandle_st* pool = detail::default_pool(st->device);
+    // The memory goes back to the pool it came from, whichever device's stream frees it.
+    CUmemPoolHandle_st* pool = nullptr;
+    for (int d = 0; d < int(detail::rt().devices.size()) && !pool; ++d) {
+        CUmemPoolHandle_st* candidate = detail::default_pool(d);
+        std::lock_guard lk(candidate->m);
+        if (candidate->in_use.count(p)) pool = candidate;
+    }
+    if (!pool) return detail::fail(cudaErrorInvalidValue, "cudaFreeAsync(" + hex_ptr(p) + "): not a live cudaMallocAsync allocation");
     std::lock_guard lk(pool->m);
     auto it = pool->in_use.find(p);
     if (it == pool->in_use.end())
