@@ -231,7 +231,14 @@ inline std::string prometheus_text() {
     };
     std::vector<std::pair<std::string, tessel::nvml::DeviceReading>> devices;
     for (int i = 0; i < tessel::device_count(); ++i) {
-        std::string name = tessel::properties(tessel::Device{i}).name, escaped;
+        // A GPU that fell off the bus may fail CUDA's property query too: its gauges still go out
+        // (tessel_gpu_lost above all), under a name that says so.
+        std::string name, escaped;
+        try {
+            name = tessel::properties(tessel::Device{i}).name;
+        } catch (const std::exception&) {
+            name = "unknown (CUDA cannot read its properties)";
+        }
         for (char c : name) escaped += c == '\n' ? std::string("\\n") : c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
         devices.emplace_back("{gpu=\"" + std::to_string(i) + "\",name=\"" + escaped + "\"}", tessel::nvml::read(tessel::Device{i}));
     }
