@@ -183,8 +183,7 @@ void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptio
         if (flusher) flusher->flush();
         __atomic_store_n(&flags.release, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&flags.timed_out, 0, __ATOMIC_RELAXED);
-        if (released) launch(hold_stream<>, 1, 1, 0, s.handle(), &flags.release, &flags.timed_out, ms);
-        else launch(hold_stream<>, 1, 1, 0, s.handle(), &flags.release, &flags.timed_out, ms / 50);
+        launch(hold_stream<>, 1, 1, 0, s.handle(), &flags.release, &flags.timed_out, released ? ms : ms / 50);
         start.record(s);
         body();
         stop.record(s);
