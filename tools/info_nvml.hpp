@@ -19,12 +19,49 @@
 
 namespace info {
 
+// A GPU as tessel-info lists it: CUDA's device `index` when CUDA sees any; otherwise NVML's GPU
+// `index` (NVML's numbering), so that a node where CUDA finds nothing — the only GPU lost before
+// this process started, a driver that cannot run this runtime — still shows NVML's readings and
+// which GPU is lost, as nvidia-smi does.
+struct Gpu {
+    int index = 0;
+    std::optional<tessel::DeviceProperties> properties;  // CUDA's; absent from NVML alone, or when CUDA cannot read them
+    std::optional<std::string> name;  // CUDA's, else NVML's; absent when neither can say (a lost GPU)
+    tessel::nvml::DeviceReading reading;
+    std::string label() const { return name.value_or("unknown"); }
+};
+
+// Whether tessel-info lists NVML's GPUs (CUDA sees none, NVML sees some).
+inline bool nvml_only() { return !tessel::is_available() && tessel::nvml::device_count().value_or(0) > 0; }
+
+// Every GPU, read now (CUDA's devices, else NVML's).
+inline std::vector<Gpu> gpus() {
+    std::vector<Gpu> out;
+    if (nvml_only()) {
+        for (unsigned i = 0; i < *tessel::nvml::device_count(); ++i) {
+            const tessel::nvml::Index at{i};
+            out.push_back({int(i), std::nullopt, tessel::nvml::name(at), tessel::nvml::read(at)});
+        }
+        return out;
+    }
+    for (int i = 0; i < tessel::device_count(); ++i) {
+        Gpu g{i, std::nullopt, std::nullopt, tessel::nvml::read(tessel::Device{i})};
+        try {  // a GPU that fell off the bus may fail CUDA's property query: its readings still show
+            g.properties = tessel::properties(tessel::Device{i});
+            g.name = g.properties->name;
+        } catch (const std::exception&) {  // then its name is unknown too (NVML's numbering may differ)
+        }
+        out.push_back(std::move(g));
+    }
+    return out;
+}
+
 // One queryable field: nvidia-smi's name, its unit in csv headers and values ("" for none), and its
-// value for a device (empty: [N/A]).
+// value for a GPU (empty: [N/A]).
 struct Field {
     const char* name;
     const char* unit;
-    std::function<std::optional<std::string>(int, const tessel::DeviceProperties&, const tessel::nvml::DeviceReading&)> value;
+    std::function<std::optional<std::string>(const Gpu&)> value;
 };
 
 inline std::string number(double v, int decimals) {
@@ -44,44 +81,44 @@ std::optional<std::string> as_text(const std::optional<T>& v, double scale = 1, 
 }
 
 inline const std::vector<Field>& fields() {
-    using R = tessel::nvml::DeviceReading;
-    using P = tessel::DeviceProperties;
     constexpr double MiB = 1.0 / (1 << 20);
     static const std::vector<Field> f = {
-        {"index", "", [](int i, const P&, const R&) { return std::optional<std::string>(std::to_string(i)); }},
-        {"name", "", [](int, const P& p, const R&) { return std::optional<std::string>(p.name); }},
-        {"compute_cap", "", [](int, const P& p, const R&) { return std::optional<std::string>(p.compute_capability()); }},
-        {"memory.total", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_total_bytes, MiB); }},
-        {"memory.used", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_used_bytes, MiB); }},
-        {"memory.free", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_free_bytes, MiB); }},
-        {"memory.reserved", "MiB", [=](int, const P&, const R& r) { return as_text(r.memory_reserved_bytes, MiB); }},
-        {"temperature.gpu", "", [](int, const P&, const R& r) { return as_text(r.temperature_c); }},
-        {"power.draw", "W", [](int, const P&, const R& r) { return as_text(r.power_w, 1, 2); }},
-        {"power.limit", "W", [](int, const P&, const R& r) { return as_text(r.power_limit_w, 1, 2); }},
-        {"utilization.gpu", "%", [](int, const P&, const R& r) { return as_text(r.gpu_utilization_pct); }},
-        {"utilization.memory", "%", [](int, const P&, const R& r) { return as_text(r.memory_utilization_pct); }},
-        {"clocks.sm", "MHz", [](int, const P&, const R& r) { return as_text(r.sm_clock_mhz); }},
-        {"clocks.mem", "MHz", [](int, const P&, const R& r) { return as_text(r.memory_clock_mhz); }},
-        {"clocks.max.sm", "MHz", [](int, const P&, const R& r) { return as_text(r.sm_clock_max_mhz); }},
-        {"clocks.max.mem", "MHz", [](int, const P&, const R& r) { return as_text(r.memory_clock_max_mhz); }},
+        {"index", "", [](const Gpu& g) { return std::optional<std::string>(std::to_string(g.index)); }},
+        {"name", "", [](const Gpu& g) { return g.name; }},
+        {"compute_cap", "", [](const Gpu& g) { return g.properties ? std::optional<std::string>(g.properties->compute_capability()) : std::nullopt; }},
+        {"memory.total", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_total_bytes, MiB); }},
+        {"memory.used", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_used_bytes, MiB); }},
+        {"memory.free", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_free_bytes, MiB); }},
+        {"memory.reserved", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_reserved_bytes, MiB); }},
+        {"temperature.gpu", "", [](const Gpu& g) { return as_text(g.reading.temperature_c); }},
+        {"power.draw", "W", [](const Gpu& g) { return as_text(g.reading.power_w, 1, 2); }},
+        {"power.limit", "W", [](const Gpu& g) { return as_text(g.reading.power_limit_w, 1, 2); }},
+        {"utilization.gpu", "%", [](const Gpu& g) { return as_text(g.reading.gpu_utilization_pct); }},
+        {"utilization.memory", "%", [](const Gpu& g) { return as_text(g.reading.memory_utilization_pct); }},
+        {"clocks.sm", "MHz", [](const Gpu& g) { return as_text(g.reading.sm_clock_mhz); }},
+        {"clocks.mem", "MHz", [](const Gpu& g) { return as_text(g.reading.memory_clock_mhz); }},
+        {"clocks.max.sm", "MHz", [](const Gpu& g) { return as_text(g.reading.sm_clock_max_mhz); }},
+        {"clocks.max.mem", "MHz", [](const Gpu& g) { return as_text(g.reading.memory_clock_max_mhz); }},
         {"clocks_event_reasons.active", "",
-         [](int, const P&, const R& r) {
+         [](const Gpu& g) {
+             const auto& r = g.reading;
              if (!r.clock_event_reasons) return std::optional<std::string>();
              char b[32];
              std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(*r.clock_event_reasons));
              return std::optional<std::string>(b);
          }},
         {"clocks_event_reasons.names", "",
-         [](int, const P&, const R& r) {
+         [](const Gpu& g) {
+             const auto& r = g.reading;
              if (!r.clock_event_reasons) return std::optional<std::string>();
              std::string s;
              for (const auto& n : tessel::nvml::clock_reason_names(*r.clock_event_reasons)) s += (s.empty() ? "" : "; ") + n;
              return std::optional<std::string>(s.empty() ? "none" : s);
          }},
-        {"ecc.errors.corrected.volatile.total", "", [](int, const P&, const R& r) { return as_text(r.ecc_corrected); }},
-        {"ecc.errors.uncorrected.volatile.total", "", [](int, const P&, const R& r) { return as_text(r.ecc_uncorrected); }},
-        {"pcie.link.gen.current", "", [](int, const P&, const R& r) { return as_text(r.pcie_generation); }},
-        {"pcie.link.width.current", "", [](int, const P&, const R& r) { return as_text(r.pcie_width); }},
+        {"ecc.errors.corrected.volatile.total", "", [](const Gpu& g) { return as_text(g.reading.ecc_corrected); }},
+        {"ecc.errors.uncorrected.volatile.total", "", [](const Gpu& g) { return as_text(g.reading.ecc_uncorrected); }},
+        {"pcie.link.gen.current", "", [](const Gpu& g) { return as_text(g.reading.pcie_generation); }},
+        {"pcie.link.width.current", "", [](const Gpu& g) { return as_text(g.reading.pcie_width); }},
     };
     return f;
 }
@@ -156,7 +193,6 @@ inline std::string csv_field(const std::string& s) {
 // One sample per call: a csv line per device (the header first if asked), or one JSON array of an
 // object per device on one line (so that --watch writes JSON Lines).
 inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) {
-    const int n = tessel::device_count();
     if (fmt.json) std::printf("[");
     else if (fmt.header) {
         // nvidia-smi keeps the units in the header with nounits: only the values lose them.
@@ -164,34 +200,57 @@ inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) 
         for (const Field* f : fs) h += std::string(h.empty() ? "" : ", ") + f->name + (*f->unit ? std::string(" [") + f->unit + "]" : "");
         std::printf("%s\n", h.c_str());
     }
-    for (int i = 0; i < n; ++i) {
-        const tessel::DeviceProperties p = tessel::properties(tessel::Device{i});
-        const tessel::nvml::DeviceReading r = tessel::nvml::read(tessel::Device{i});
+    bool first = true;
+    for (const Gpu& g : gpus()) {
         std::string line;
         for (const Field* f : fs) {
-            const std::optional<std::string> v = f->value(i, p, r);
+            const std::optional<std::string> v = f->value(g);
             if (fmt.json) {
                 const bool numeric = v && !v->empty() && v->find_first_not_of("0123456789.-") == std::string::npos;
                 line += std::string(line.empty() ? "" : ", ") + json_string(f->name) + ": " + (!v ? "null" : numeric ? *v : json_string(*v));
             } else {
                 // nvidia-smi's words for a value it cannot read from a GPU that fell off the bus.
                 line += std::string(line.empty() ? "" : ", ") +
-                        (v ? csv_field(*v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "")) : r.lost ? "[GPU is lost]" : "[N/A]");
+                        (v ? csv_field(*v + (fmt.units && *f->unit ? std::string(" ") + f->unit : "")) : g.reading.lost ? "[GPU is lost]" : "[N/A]");
             }
         }
-        if (fmt.json) std::printf("%s{%s}", i ? ", " : "", line.c_str());
+        if (fmt.json) std::printf("%s{%s}", first ? "" : ", ", line.c_str());
         else std::printf("%s\n", line.c_str());
+        first = false;
     }
     if (fmt.json) std::printf("]\n");
     std::fflush(stdout);
+}
+
+// NVML's readings as a table, a row per GPU (with its name when `names`), and a line under each
+// GPU that is lost or whose reading failed.
+inline void print_readings(const std::vector<Gpu>& gpus, bool names) {
+    std::printf("%-3s ", "idx");
+    if (names) std::printf("%-32s ", "name");
+    std::printf("%6s %17s %6s %21s  %s\n", "temp", "power / limit", "util", "memory used / total", "clock reasons");
+    for (const Gpu& g : gpus) {
+        const tessel::nvml::DeviceReading& r = g.reading;
+        std::string reasons;
+        for (const auto& n : tessel::nvml::clock_reason_names(r.clock_event_reasons.value_or(0))) reasons += (reasons.empty() ? "" : ", ") + n;
+        std::printf("%-3d ", g.index);
+        if (names) std::printf("%-32.32s ", g.label().c_str());
+        std::printf("%4s C %7s / %5s W %5s%% %9s / %7s MiB  %s\n", as_text(r.temperature_c).value_or("n/a").c_str(), as_text(r.power_w).value_or("n/a").c_str(),
+                    as_text(r.power_limit_w).value_or("n/a").c_str(), as_text(r.gpu_utilization_pct).value_or("n/a").c_str(),
+                    as_text(r.memory_used_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(),
+                    as_text(r.memory_total_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(), reasons.empty() ? "-" : reasons.c_str());
+        if (r.lost) std::printf("    device %d is lost (%s): reset the GPU or reboot the node\n", g.index, r.error.c_str());
+        else if (!r.error.empty()) std::printf("    device %d: NVML failed: %s\n", g.index, r.error.c_str());
+    }
 }
 
 // nvidia-smi's process table: every compute process on every device.
 inline void print_processes() {
     std::printf("%-4s %-8s %12s %6s %6s\n", "gpu", "pid", "memory", "sm", "mem");
     int rows = 0;
-    for (int i = 0; i < tessel::device_count(); ++i)
-        for (const auto& p : tessel::nvml::processes(tessel::Device{i})) {
+    const bool by_nvml = nvml_only();
+    const int n = by_nvml ? int(*tessel::nvml::device_count()) : tessel::device_count();
+    for (int i = 0; i < n; ++i)
+        for (const auto& p : by_nvml ? tessel::nvml::processes(tessel::nvml::Index{unsigned(i)}) : tessel::nvml::processes(tessel::Device{i})) {
             const std::string memory = p.memory_bytes ? number(double(*p.memory_bytes) / (1 << 20), 0) + " MiB" : "N/A";
             std::printf("%-4d %-8u %12s %6s %6s\n", i, p.pid, memory.c_str(),
                         p.sm_utilization_pct ? (std::to_string(*p.sm_utilization_pct) + "%").c_str() : "-",
@@ -229,19 +288,17 @@ inline std::string prometheus_text() {
         {"tessel_gpu_lost", "1 when NVML says the GPU is lost (fallen off the bus), else 0.",
          [](const auto& r) { return tessel::nvml::available() ? std::optional<double>(r.lost ? 1 : 0) : std::nullopt; }},
     };
+    // A GPU CUDA cannot read, or cannot see at all, still has its gauges (tessel_gpu_lost above
+    // all), labelled with what NVML or CUDA could say of it.
     std::vector<std::pair<std::string, tessel::nvml::DeviceReading>> devices;
-    for (int i = 0; i < tessel::device_count(); ++i) {
-        // A GPU that fell off the bus may fail CUDA's property query too: its gauges still go out
-        // (tessel_gpu_lost above all), under a name that says so.
-        std::string name, escaped;
-        try {
-            name = tessel::properties(tessel::Device{i}).name;
-        } catch (const std::exception&) {
-            name = "unknown (CUDA cannot read its properties)";
-        }
-        for (char c : name) escaped += c == '\n' ? std::string("\\n") : c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
-        devices.emplace_back("{gpu=\"" + std::to_string(i) + "\",name=\"" + escaped + "\"}", tessel::nvml::read(tessel::Device{i}));
+    for (Gpu& g : gpus()) {
+        std::string escaped;
+        for (char c : g.label()) escaped += c == '\n' ? std::string("\\n") : c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+        devices.emplace_back("{gpu=\"" + std::to_string(g.index) + "\",name=\"" + escaped + "\"}", std::move(g.reading));
     }
+    o << "# HELP tessel_cuda_devices Devices the CUDA runtime can use (0 while NVML lists GPUs: CUDA cannot start on them).\n"
+         "# TYPE tessel_cuda_devices gauge\ntessel_cuda_devices "
+      << tessel::device_count() << '\n';
     for (const Metric& m : metrics) {
         o << "# HELP " << m.name << ' ' << m.help << "\n# TYPE " << m.name << " gauge\n";
         for (const auto& [labels, r] : devices)

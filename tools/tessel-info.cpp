@@ -65,27 +65,16 @@ void print_table(const tessel::Versions& v) {
     std::printf("verdict: %s\n\n", v.verdict.c_str());
     if (!tessel::is_available()) {
         std::printf("%s\n", tessel::unavailable_reason().c_str());
+        if (info::nvml_only()) {  // CUDA cannot start, but the GPUs are there: what NVML says of them
+            std::printf("\nNVML sees %u GPU(s), numbered as NVML numbers them:\n", *tessel::nvml::device_count());
+            info::print_readings(info::gpus(), true);
+        } else {
+            std::printf("\nNVML: %s\n", tessel::nvml::available() ? "sees no GPU either" : tessel::nvml::unavailable_reason().c_str());
+        }
         return;
     }
     std::printf("%-3s %-40s %-4s %5s %11s %11s %8s %13s %9s %8s %9s\n", "idx", "name", "cc", "SMs", "mem total",
                 "mem free", "L2", "smem/blk(opt)", "SM clock", "bus", "BW (GB/s)");
-    const auto table_end = [] {
-        std::printf("\nNVML: %s\n", tessel::nvml::available() ? "available" : tessel::nvml::unavailable_reason().c_str());
-        if (!tessel::nvml::available()) return;
-        std::printf("%-3s %6s %17s %6s %21s  %s\n", "idx", "temp", "power / limit", "util", "memory used / total", "clock reasons");
-        for (int i = 0; i < tessel::device_count(); ++i) {
-            const auto r = tessel::nvml::read(tessel::Device{i});
-            std::string reasons;
-            for (const auto& n : tessel::nvml::clock_reason_names(r.clock_event_reasons.value_or(0))) reasons += (reasons.empty() ? "" : ", ") + n;
-            std::printf("%-3d %4s C %7s / %5s W %5s%% %9s / %7s MiB  %s\n", i, info::as_text(r.temperature_c).value_or("n/a").c_str(),
-                        info::as_text(r.power_w).value_or("n/a").c_str(), info::as_text(r.power_limit_w).value_or("n/a").c_str(),
-                        info::as_text(r.gpu_utilization_pct).value_or("n/a").c_str(),
-                        info::as_text(r.memory_used_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(),
-                        info::as_text(r.memory_total_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(), reasons.empty() ? "-" : reasons.c_str());
-            if (r.lost) std::printf("    device %d is lost (%s): reset the GPU or reboot the node\n", i, r.error.c_str());
-            else if (!r.error.empty()) std::printf("    device %d: NVML failed: %s\n", i, r.error.c_str());
-        }
-    };
     for (int i = 0; i < tessel::device_count(); ++i) {
         const auto p = tessel::properties(tessel::Device{i});
         char smem[64];
@@ -95,7 +84,8 @@ void print_table(const tessel::Versions& v) {
                     double(p.free_memory) / (1 << 30), p.l2_cache_bytes / 1024, smem, p.clock_khz / 1000, p.memory_bus_bits,
                     p.theoretical_bandwidth_gbs(), p.simulated ? " (nominal)" : "");
     }
-    table_end();
+    std::printf("\nNVML: %s\n", tessel::nvml::available() ? "available" : tessel::nvml::unavailable_reason().c_str());
+    if (tessel::nvml::available()) info::print_readings(info::gpus(), false);
 }
 
 }  // namespace
@@ -104,6 +94,16 @@ void print_table(const tessel::Versions& v) {
 int no_device() {
     std::fprintf(stderr, "tessel-info: %s\n", tessel::unavailable_reason().c_str());
     return 77;
+}
+
+// Whether NVML's readings can be given: CUDA sees a device, or NVML alone sees GPUs (then stderr
+// says that CUDA cannot use them and that the numbering is NVML's).
+bool readings_available() {
+    if (tessel::is_available()) return true;
+    if (!info::nvml_only()) return false;
+    std::fprintf(stderr, "tessel-info: %s\ntessel-info: the GPUs below are NVML's, numbered as NVML numbers them\n",
+                 tessel::unavailable_reason().c_str());
+    return true;
 }
 
 // tessel-info --matmul M N K DTYPE [fused]
@@ -164,7 +164,7 @@ int query(int argc, char** argv) {
     const auto fs = info::parse_fields(fields);
     info::Format fmt = info::parse_format(format);
     if (count > 0 && watch <= 0) throw std::invalid_argument("--count goes with --watch SECONDS");
-    if (!tessel::is_available()) return no_device();
+    if (!readings_available()) return no_device();
     for (long n = 0; count < 0 || n < count; ++n) {
         info::print_query(fs, fmt);
         fmt.header = false;  // once, as nvidia-smi -l does
@@ -188,12 +188,12 @@ int main(int argc, char** argv) try {
     if (argc > 1 && std::strcmp(argv[1], "--matmul") == 0) return explain_matmul(argc, argv);
     if (query_mode(argc, argv)) return query(argc, argv);
     if (argc == 2 && std::strcmp(argv[1], "--processes") == 0) {
-        if (!tessel::is_available()) return no_device();
+        if (!readings_available()) return no_device();
         info::print_processes();
         return 0;
     }
     if (argc >= 2 && argc <= 3 && std::strcmp(argv[1], "--prometheus") == 0) {
-        if (!tessel::is_available()) return no_device();
+        if (!readings_available()) return no_device();
         info::write_prometheus(argc == 3 ? argv[2] : "-");
         return 0;
     }

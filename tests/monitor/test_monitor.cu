@@ -310,6 +310,33 @@ TEST_CASE("A lost GPU reads as lost, not as absent, and the device_lost policy f
     CHECK(count() == 2);
     sn::clear_injections();
 }
+
+TEST_CASE("NVML's own numbering reads the same GPUs, a lost one as lost", "[monitor]") {
+    namespace sn = tessel::sim::nvml;
+    sn::clear_injections();
+    REQUIRE(tessel::nvml::device_count() == unsigned(tessel::device_count()));  // the sim numbers both alike
+    const tessel::nvml::Index first{0};
+    CHECK(tessel::nvml::name(first) == tessel::properties(Device{0}).name);
+    tessel::Tensor<float> x = tessel::empty<float>({1 << 20});
+    const auto by_cuda = tessel::nvml::read(Device{0});
+    const auto by_nvml = tessel::nvml::read(first);
+    CHECK(by_nvml.device == 0);
+    CHECK(by_nvml.memory_used_bytes == by_cuda.memory_used_bytes);
+    CHECK(by_nvml.memory_total_bytes == by_cuda.memory_total_bytes);
+    REQUIRE(tessel::nvml::processes(first).size() == 1);
+    CHECK(tessel::nvml::processes(first)[0].pid == tessel::nvml::processes(Device{0})[0].pid);
+
+    sn::inject(0, {.lost = true});
+    const auto lost = tessel::nvml::read(first);
+    CHECK(lost.lost);
+    CHECK(lost.error == "nvmlDeviceGetHandleByIndex_v2: GPU is lost (15)");  // found afresh each time: the handle is refused
+    CHECK_FALSE(lost.temperature_c.has_value());
+    CHECK_FALSE(tessel::nvml::name(first).has_value());
+    CHECK(tessel::nvml::processes(first).empty());
+    CHECK(tessel::nvml::device_count() == unsigned(tessel::device_count()));  // a lost GPU is still counted
+    sn::clear_injections();
+    CHECK_FALSE(tessel::nvml::read(tessel::nvml::Index{unsigned(tessel::device_count())}).error.empty());  // no such GPU: said
+}
 #endif
 
 TEST_CASE("The leak watch fires when the allocator grows across N checkpoints with no drop", "[monitor]") {

@@ -666,7 +666,19 @@ ENV_CASE("TESSEL_SIM_SHUFFLE", "1.5", "TESSEL_SIM_SHUFFLE='1.5'");
 ENV_CASE("TESSEL_SIM_SHUFFLE", "-7", "TESSEL_SIM_SHUFFLE='-7'");
 ENV_CASE("TESSEL_SIM_STACK_KB", "8", "TESSEL_SIM_STACK_KB='8' is not an integer between 64 and 1048576");
 ENV_CASE("TESSEL_SIM_STACK_KB", "4294967296", "TESSEL_SIM_STACK_KB");
+ENV_CASE("TESSEL_SIM_PEER", "yes", "TESSEL_SIM_PEER='yes' is not an integer between 0 and 1");
+ENV_CASE("TESSEL_SIM_NVML_LOST", "-1", "TESSEL_SIM_NVML_LOST='-1' is not an integer between 0 and 63");
+ENV_CASE("TESSEL_SIM_CUDA_UNAVAILABLE", "true", "TESSEL_SIM_CUDA_UNAVAILABLE='true' is not an integer between 0 and 1");
 #undef ENV_CASE
+BAD_ENV("environment", "TESSEL_SIM_NVML_LOST names a device the sim lacks", Expect::invalid_argument,
+        "TESSEL_SIM_NVML_LOST=2 names no device: the sim has 2 (TESSEL_SIM_DEVICES), indices 0 to 1",
+        {{"TESSEL_SIM_DEVICES", "2"}, {"TESSEL_SIM_NVML_LOST", "2"}}) {
+    use_a_device();
+};
+BAD_ENV("environment", "a device when CUDA finds none (TESSEL_SIM_CUDA_UNAVAILABLE=1)", Expect::unsupported,
+        "the CUDA runtime reports cudaErrorNoDevice (no CUDA-capable device is detected)", {{"TESSEL_SIM_CUDA_UNAVAILABLE", "1"}}) {
+    use_a_device();
+};
 BAD_ENV("environment", "device_count() never throws and says why", Expect::defined, "", {{"TESSEL_SIM_DEVICES", "zero"}}) {
     expect(device_count() == 0 && !is_available(), "no devices with a bad setting");
     expect(unavailable_reason().find("TESSEL_SIM_DEVICES='zero'") != std::string::npos, "reason: " + unavailable_reason());

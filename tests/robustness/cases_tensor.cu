@@ -511,6 +511,51 @@ BAD_ENV("tensor", "peer access of a device that does not exist with itself", Exp
     enable_peer_access(Device{9}, Device{9});  // returned silently: the a == b shortcut came first
 };
 
+// A kernel run by device 0 on memory of device 1, the pointer handed over raw (as a program does
+// with memory it allocated itself): the GPU's page tables fault (an illegal address) unless device
+// 0 may reach device 1's memory: peer access for cudaMalloc's memory, the pool's access for memory
+// from a pool (the async backend's), which peer access does not reach. The sim checks the same.
+namespace {
+__global__ void add_one(float* x, int n) {
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) x[i] += 1;
+}
+void add_one_on_device_0_to_memory_of_device_1() {
+    Tensor<float> x = full<float>({100}, 2.f, {.device = Device{1}});
+    current_stream(Device{1}).synchronize();
+    const Stream zero = current_stream(Device{0});
+    launch(add_one, 1, 128, 0, zero.handle(), x.data(), 100);
+    zero.synchronize();
+    expect(x.to_vector() == std::vector<float>(100, 3.f), "device 0's kernel did not add one to device 1's memory");
+}
+}  // namespace
+#if defined(TESSEL_BACKEND_SIM)
+BAD_ENV("tensor", "a kernel on device 0 reading device 1's memory without peer access", Expect::cuda_error,
+        "points into device 1's memory, and device 0 has no peer access to it (tessel::enable_peer_access(Device{0}, Device{1}))",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    add_one_on_device_0_to_memory_of_device_1();
+};
+BAD_ENV("tensor", "a kernel on device 0 reading device 1's pool memory with peer access but no pool access", Expect::cuda_error,
+        "allocated from its memory pool, which grants device 0 no access",
+        {{"TESSEL_SIM_DEVICES", "2"}, {"TESSEL_ALLOC_CONF", "backend:async"}}) {
+    TESSEL_CUDA_CHECK(rt::api::cudaSetDevice(0));
+    TESSEL_CUDA_CHECK(rt::api::cudaDeviceEnablePeerAccess(1, 0));  // CUDA's own call: the pool is not granted
+    add_one_on_device_0_to_memory_of_device_1();
+};
+#endif
+BAD_ENV("tensor", "a kernel on device 0 reading device 1's memory after enable_peer_access", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    if (device_count() < 2) return;
+    enable_peer_access(Device{0}, Device{1});
+    add_one_on_device_0_to_memory_of_device_1();
+};
+BAD_ENV("tensor", "a kernel on device 0 reading device 1's pool memory after enable_peer_access", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}, {"TESSEL_ALLOC_CONF", "backend:async"}}) {
+    if (device_count() < 2) return;
+    enable_peer_access(Device{0}, Device{1});
+    add_one_on_device_0_to_memory_of_device_1();
+};
+
 // ---- monitoring: the sampler's options and policies --------------------------------------------
 BAD_ENV("monitor", "a sampler whose reading fails (a bad TESSEL_ALLOC_CONF): stop() rethrows it", Expect::invalid_argument,
         "TESSEL_ALLOC_CONF", {{"TESSEL_ALLOC_CONF", "garbage"}}) {

@@ -152,6 +152,18 @@ inline abi::nvmlDevice_t handle(Device d, Trouble* trouble = nullptr) {
     return h;
 }
 
+// NVML's handle for its own device `index` (NVML's numbering), or null (and why, in `trouble`).
+inline abi::nvmlDevice_t handle_at(unsigned index, Trouble* trouble = nullptr) {
+    const Loaded& l = loaded();
+    abi::nvmlDevice_t h = nullptr;
+    if (!l.ok || !l.api.handle_by_index) return nullptr;
+    if (const abi::nvmlReturn_t r = l.api.handle_by_index(index, &h); r != abi::NVML_SUCCESS) {
+        if (trouble) trouble->note(r, "nvmlDeviceGetHandleByIndex_v2");
+        return nullptr;
+    }
+    return h;
+}
+
 // Calls an entry point that may be missing; the value when it answered NVML_SUCCESS, else empty
 // (and a failure that is not a missing field noted in `trouble`).
 template <class T, class F, class... Args>
@@ -170,6 +182,30 @@ inline bool available() { return detail::loaded().ok; }
 inline std::string unavailable_reason() { return detail::loaded().ok ? std::string() : detail::loaded().reason; }
 // The entry points, for what tessel does not wrap (check available() first).
 inline const abi::Api& api() { return detail::loaded().api; }
+
+// A GPU by NVML's numbering, which need not be CUDA's (NVML counts by PCI bus; CUDA puts the fastest
+// first and hides what CUDA_VISIBLE_DEVICES leaves out). For when CUDA sees no device but NVML does —
+// a driver too old for this runtime, or the only GPU lost before the process started — so that the
+// readings, and the loss, still show.
+struct Index {
+    unsigned value = 0;
+};
+
+// How many GPUs NVML sees (a lost one included); empty when NVML is unavailable or cannot count.
+inline std::optional<unsigned> device_count() {
+    if (!available() || !api().device_count) return std::nullopt;
+    unsigned n = 0;
+    if (api().device_count(&n) != abi::NVML_SUCCESS) return std::nullopt;
+    return n;
+}
+
+// The product name NVML gives for GPU i; empty when it cannot (a lost GPU among them).
+inline std::optional<std::string> name(Index i) {
+    const abi::nvmlDevice_t h = detail::handle_at(i.value);
+    char buffer[96] = {};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+    if (!h || !api().name || api().name(h, buffer, sizeof buffer) != abi::NVML_SUCCESS) return std::nullopt;
+    return std::string(buffer);
+}
 
 // NVML's clock event (throttle) reason bits, as documented for nvmlDeviceGetCurrentClocksEventReasons.
 enum ClockReason : std::uint64_t {
@@ -213,7 +249,7 @@ inline std::string throttling(std::uint64_t bits) {
 
 // One device's state as NVML reports it; a field NVML does not report for this device is empty.
 struct DeviceReading {
-    int device = 0;                                     // tessel's index
+    int device = 0;                                     // tessel's index (NVML's, for read(Index))
     std::chrono::system_clock::time_point time;         // when it was read
     std::optional<unsigned> temperature_c;
     std::optional<double> power_w, power_limit_w;
@@ -266,20 +302,31 @@ inline void read_fields(abi::nvmlDevice_t h, DeviceReading& r, Trouble& trouble)
     r.pcie_generation = query<unsigned>(t, "nvmlDeviceGetCurrPcieLinkGeneration", a.pcie_link_generation, h);
     r.pcie_width = query<unsigned>(t, "nvmlDeviceGetCurrPcieLinkWidth", a.pcie_link_width, h);
 }
+
+// A reading of the device of handle h (null: none was found, `trouble` says why), as `index`.
+inline DeviceReading reading(int index, abi::nvmlDevice_t h, Trouble& trouble) {
+    DeviceReading r;
+    r.device = index;
+    r.time = std::chrono::system_clock::now();
+    if (h) read_fields(h, r, trouble);
+    r.lost = trouble.lost;
+    r.error = std::move(trouble.error);
+    return r;
+}
 }  // namespace detail
 
 // Reads every field NVML gives for device d (all empty when NVML is unavailable; `lost` and
 // `error` say when NVML failed for another reason than a field the device does not report).
 inline DeviceReading read(Device d) {
-    DeviceReading r;
-    r.device = d.index;
-    r.time = std::chrono::system_clock::now();
     detail::Trouble trouble;
     const abi::nvmlDevice_t h = detail::handle(d, &trouble);
-    if (h) read_fields(h, r, trouble);
-    r.lost = trouble.lost;
-    r.error = std::move(trouble.error);
-    return r;
+    return detail::reading(d.index, h, trouble);
+}
+// The same for NVML's GPU i (DeviceReading::device is then NVML's index).
+inline DeviceReading read(Index i) {
+    detail::Trouble trouble;
+    const abi::nvmlDevice_t h = detail::handle_at(i.value, &trouble);
+    return detail::reading(int(i.value), h, trouble);
 }
 
 // A process using a device, as nvidia-smi's process table shows it.
@@ -289,10 +336,10 @@ struct ProcessReading {
     std::optional<unsigned> sm_utilization_pct, memory_utilization_pct;  // its latest sample, where NVML has one
 };
 
-// The compute processes on device d (empty when NVML is unavailable or refuses).
-inline std::vector<ProcessReading> processes(Device d) {
+namespace detail {
+// The compute processes on the device of handle h (empty when h is null or NVML refuses).
+inline std::vector<ProcessReading> processes_of(abi::nvmlDevice_t h) {
     std::vector<ProcessReading> out;
-    const abi::nvmlDevice_t h = detail::handle(d);
     const abi::Api& a = api();
     if (!h || !a.compute_running_processes) return out;
     std::vector<abi::nvmlProcessInfo_t> infos(8);
@@ -336,6 +383,11 @@ inline std::vector<ProcessReading> processes(Device d) {
     }
     return out;
 }
+}  // namespace detail
+
+// The compute processes on device d, or on NVML's GPU i (empty when NVML is unavailable or refuses).
+inline std::vector<ProcessReading> processes(Device d) { return detail::processes_of(detail::handle(d)); }
+inline std::vector<ProcessReading> processes(Index i) { return detail::processes_of(detail::handle_at(i.value)); }
 
 // The reasons device d's clocks are below their maximum now; nullopt when NVML cannot tell.
 inline std::optional<std::uint64_t> clock_reasons(Device d) {

@@ -35,6 +35,15 @@ struct SimKernelCall final : sim::LaunchSpec {
     explicit SimKernelCall(void (*f)(P...), A&&... a) : fn(f), params(std::forward<A>(a)...) {
         invoke = &SimKernelCall::run;
         args = this;
+        std::apply([this](const auto&... p) {
+            int i = 0;
+            (note_pointer(i++, p), ...);
+        }, params);
+    }
+    template <class X>
+    void note_pointer(int position, const X& x) {
+        if constexpr (std::is_pointer_v<X> && std::is_object_v<std::remove_pointer_t<X>>)
+            if (x) pointer_args.emplace_back(position, const_cast<const void*>(static_cast<const volatile void*>(x)));
     }
     static void run(const void* self) {
         const auto* c = static_cast<const SimKernelCall*>(self);

@@ -36,6 +36,10 @@ struct LaunchSpec {
     unsigned launch_line = 0;
     void (*invoke)(const void* args) = nullptr;  // calls the kernel with a copy of the arguments
     const void* args = nullptr;
+    // The kernel's non-null pointer arguments by position: before the grid runs, the sim checks
+    // that the launching device may reach the memory each points into (peer or pool access), as
+    // the GPU's page tables do (pointers inside structures are not seen).
+    std::vector<std::pair<int, const void*>> pointer_args;
 };
 
 class BlockExecutor;

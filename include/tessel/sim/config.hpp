@@ -22,6 +22,7 @@ struct Config {
     std::size_t fiber_stack_bytes = 256 * 1024;         // TESSEL_SIM_STACK_KB
     bool peer_access = true;                            // TESSEL_SIM_PEER: devices may access each other (0: as PCIe without P2P)
     int nvml_lost_device = -1;                          // TESSEL_SIM_NVML_LOST: a device NVML calls lost (-1: none)
+    bool cuda_unavailable = false;                      // TESSEL_SIM_CUDA_UNAVAILABLE: CUDA finds no device, NVML still does
 
     static Config from_env();
 };
@@ -46,8 +47,14 @@ inline Config Config::from_env() {
     if (const char* v = get("TESSEL_SIM_SHUFFLE"))
         c.shuffle_seed = env::parse_integer("TESSEL_SIM_SHUFFLE", v, 0, std::numeric_limits<std::uint64_t>::max());
     if (const char* v = get("TESSEL_SIM_PEER")) c.peer_access = env::parse_integer("TESSEL_SIM_PEER", v, 0, 1) == 1;
-    if (const char* v = get("TESSEL_SIM_NVML_LOST"))
+    if (const char* v = get("TESSEL_SIM_NVML_LOST")) {
         c.nvml_lost_device = int(env::parse_integer("TESSEL_SIM_NVML_LOST", v, 0, max_devices - 1));
+        if (c.nvml_lost_device >= c.devices)
+            fail<InvalidArgument>("TESSEL_SIM_NVML_LOST=", c.nvml_lost_device, " names no device: the sim has ", c.devices,
+                                  " (TESSEL_SIM_DEVICES), indices 0 to ", c.devices - 1);
+    }
+    if (const char* v = get("TESSEL_SIM_CUDA_UNAVAILABLE"))
+        c.cuda_unavailable = env::parse_integer("TESSEL_SIM_CUDA_UNAVAILABLE", v, 0, 1) == 1;
     if (const char* v = get("TESSEL_SIM_STACK_KB"))
         c.fiber_stack_bytes = std::size_t(env::parse_integer("TESSEL_SIM_STACK_KB", v, min_stack_kb, max_stack_kb)) * 1024;
     return c;

@@ -57,6 +57,33 @@ inline CUmemPoolHandle_st* default_pool(int device) {
     }
     return (*pools)[std::size_t(device)].get();
 }
+inline std::string inaccessible_argument(const LaunchSpec& launch, int device) {
+    for (const auto& [position, p] : launch.pointer_args) {
+        Allocation a;
+        {
+            std::lock_guard lk(rt().m);
+            const Allocation* found = rt().find(p, 0);
+            if (!found) continue;  // host memory, or past an allocation's end (an end pointer): the sim cannot tell
+            a = *found;
+        }
+        if (a.device < 0 || a.device == device || a.managed) continue;
+        const std::string where = "argument " + std::to_string(position) + " (" + hex_ptr(p) + ") points into device " +
+                                  std::to_string(a.device) + "'s memory, ";
+        const std::string grant = "tessel::enable_peer_access(Device{" + std::to_string(device) + "}, Device{" + std::to_string(a.device) + "})";
+        if (a.pool) {
+            std::lock_guard lk(a.pool->m);
+            const auto it = a.pool->access.find(device);
+            if (it != a.pool->access.end() && it->second != cudaMemAccessFlagsProtNone) continue;
+            return where + "allocated from its memory pool, which grants device " + std::to_string(device) +
+                   " no access (cudaMemPoolSetAccess; peer access does not reach pools; " + grant + " grants both)";
+        }
+        std::lock_guard lk(rt().m);
+        if (rt().peer_enabled.count({device, a.device})) continue;
+        return where + "and device " + std::to_string(device) + " has no peer access to it (" + grant + ")";
+    }
+    return {};
+}
+
 inline std::shared_ptr<CUstream_st> owner_of(CUstream_st* st) {
     std::lock_guard lk(rt().m);
     if (st->is_null) return rt().devices[std::size_t(st->device)].null_stream;
@@ -103,6 +130,10 @@ TESSEL_API cudaError_t cudaMallocFromPoolAsync(void** p, std::size_t n, cudaMemP
         const cudaError_t e = ::tessel::sim::api::cudaMalloc(p, n);
         detail::current_device = saved;
         if (e != cudaSuccess) return e;
+        {
+            std::lock_guard rk(detail::rt().m);
+            detail::rt().allocations[reinterpret_cast<std::uintptr_t>(*p)].pool = pool;
+        }
         pool->reserved += n;
         pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
     }

@@ -157,6 +157,11 @@ inline bool is_device_pointer(const void* p) {
     const Allocation* a = rt().find(p, 1);
     return a && a->device >= 0;
 }
+
+// Why `launch`, run by `device`, may not read one of its pointer arguments (another device's memory
+// without peer access, or another device's pool memory without pool access); empty if it may.
+// Defined with the pools (mempool.hpp).
+std::string inaccessible_argument(const LaunchSpec& launch, int device);
 }  // namespace detail
 
 // ---- errors -------------------------------------------------------------------------------------
@@ -204,6 +209,10 @@ TESSEL_API const std::string& last_error_detail() { return detail::last_detail; 
 
 // ---- devices ------------------------------------------------------------------------------------
 TESSEL_API cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 0;
+    // What a fresh process sees on a node whose only GPU fell off the bus, or whose driver cannot
+    // run: CUDA finds nothing while NVML still lists the GPUs (TESSEL_SIM_CUDA_UNAVAILABLE).
+    if (config().cuda_unavailable) return detail::fail(cudaErrorNoDevice, "the sim hides its devices from CUDA (TESSEL_SIM_CUDA_UNAVAILABLE=1)");
     *n = int(detail::rt().devices.size());
     return detail::ok();
 }
@@ -478,6 +487,12 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
     if (std::uint64_t(cluster.x) * cluster.y * cluster.z > 1) detail::rt().cluster_launches.fetch_add(1, std::memory_order_relaxed);
     CUstream_st* st = detail::resolve(s);
     detail::enqueue(st, [call, st] {
+        // As the GPU's MMU faults (XID 31) on an address the device has no mapping for.
+        if (std::string why = detail::inaccessible_argument(*call, st->device); !why.empty())
+            return st->fail(cudaErrorIllegalAddress, "kernel " + *call->kernel_name + ": " + why +
+                                                         (call->launch_file ? std::string(" (launched at ") + call->launch_file + ":" +
+                                                                                  std::to_string(call->launch_line) + ")"
+                                                                            : std::string()));
         try {
             WorkerPool::instance().run_grid(*call);
         } catch (const std::exception& e) {

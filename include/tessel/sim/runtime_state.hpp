@@ -37,6 +37,7 @@ struct Allocation {
     std::size_t size = 0;
     int device = -1;       // -1: pinned host memory
     bool managed = false;  // cudaMallocManaged: counted on its device, addressable everywhere
+    cudaMemPool_t pool = nullptr;  // the memory pool it was made for (cudaMallocFromPoolAsync): its access rules apply
 };
 
 // One simulated device: its properties, the memory in use, its default stream and its streams.
