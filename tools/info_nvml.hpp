@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -28,17 +29,24 @@ struct Gpu {
     std::optional<tessel::DeviceProperties> properties;  // CUDA's; absent from NVML alone, or when CUDA cannot read them
     std::optional<std::string> name;  // CUDA's, else NVML's; absent when neither can say (a lost GPU)
     tessel::nvml::DeviceReading reading;
-    std::string label() const { return name.value_or("unknown"); }
+    std::string unnamed = "unknown";  // what tables and labels say without a name
+    std::string label() const { return name.value_or(unnamed); }
 };
 
 // Whether tessel-info lists NVML's GPUs (CUDA sees none, NVML sees some).
 inline bool nvml_only() { return !tessel::is_available() && tessel::nvml::device_count().value_or(0) > 0; }
 
+// Said beside NVML's GPUs when CUDA_VISIBLE_DEVICES is set: it hides GPUs from CUDA, not from NVML.
+inline const char* hidden_note() {
+    return std::getenv("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES hides GPUs from CUDA, not from NVML)" : "";
+}
+
 // Every GPU, read now (CUDA's devices, else NVML's).
 inline std::vector<Gpu> gpus() {
     std::vector<Gpu> out;
     if (nvml_only()) {
-        for (unsigned i = 0; i < *tessel::nvml::device_count(); ++i) {
+        const unsigned n = tessel::nvml::device_count().value_or(0);  // read once: the count may fail later
+        for (unsigned i = 0; i < n; ++i) {
             const tessel::nvml::Index at{i};
             out.push_back({int(i), std::nullopt, tessel::nvml::name(at), tessel::nvml::read(at)});
         }
@@ -50,6 +58,7 @@ inline std::vector<Gpu> gpus() {
             g.properties = tessel::properties(tessel::Device{i});
             g.name = g.properties->name;
         } catch (const std::exception&) {  // then its name is unknown too (NVML's numbering may differ)
+            g.unnamed = "unknown (CUDA cannot read its properties)";
         }
         out.push_back(std::move(g));
     }
@@ -248,7 +257,7 @@ inline void print_processes() {
     std::printf("%-4s %-8s %12s %6s %6s\n", "gpu", "pid", "memory", "sm", "mem");
     int rows = 0;
     const bool by_nvml = nvml_only();
-    const int n = by_nvml ? int(*tessel::nvml::device_count()) : tessel::device_count();
+    const int n = by_nvml ? int(tessel::nvml::device_count().value_or(0)) : tessel::device_count();
     for (int i = 0; i < n; ++i)
         for (const auto& p : by_nvml ? tessel::nvml::processes(tessel::nvml::Index{unsigned(i)}) : tessel::nvml::processes(tessel::Device{i})) {
             const std::string memory = p.memory_bytes ? number(double(*p.memory_bytes) / (1 << 20), 0) + " MiB" : "N/A";
@@ -296,9 +305,13 @@ inline std::string prometheus_text() {
         for (char c : g.label()) escaped += c == '\n' ? std::string("\\n") : c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
         devices.emplace_back("{gpu=\"" + std::to_string(g.index) + "\",name=\"" + escaped + "\"}", std::move(g.reading));
     }
-    o << "# HELP tessel_cuda_devices Devices the CUDA runtime can use (0 while NVML lists GPUs: CUDA cannot start on them).\n"
-         "# TYPE tessel_cuda_devices gauge\ntessel_cuda_devices "
+    // The two counts side by side: fewer CUDA devices than NVML GPUs is a GPU CUDA cannot use (lost
+    // before the process began, or hidden by CUDA_VISIBLE_DEVICES).
+    o << "# HELP tessel_cuda_devices Devices the CUDA runtime can use.\n# TYPE tessel_cuda_devices gauge\ntessel_cuda_devices "
       << tessel::device_count() << '\n';
+    if (const auto n = tessel::nvml::device_count())
+        o << "# HELP tessel_nvml_devices GPUs NVML lists (a lost one included).\n# TYPE tessel_nvml_devices gauge\ntessel_nvml_devices "
+          << *n << '\n';
     for (const Metric& m : metrics) {
         o << "# HELP " << m.name << ' ' << m.help << "\n# TYPE " << m.name << " gauge\n";
         for (const auto& [labels, r] : devices)

@@ -66,8 +66,9 @@ void print_table(const tessel::Versions& v) {
     if (!tessel::is_available()) {
         std::printf("%s\n", tessel::unavailable_reason().c_str());
         if (info::nvml_only()) {  // CUDA cannot start, but the GPUs are there: what NVML says of them
-            std::printf("\nNVML sees %u GPU(s), numbered as NVML numbers them:\n", *tessel::nvml::device_count());
-            info::print_readings(info::gpus(), true);
+            const auto gpus = info::gpus();
+            std::printf("\nNVML sees %zu GPU(s), numbered as nvidia-smi numbers them%s:\n", gpus.size(), info::hidden_note());
+            info::print_readings(gpus, true);
         } else {
             std::printf("\nNVML: %s\n", tessel::nvml::available() ? "sees no GPU either" : tessel::nvml::unavailable_reason().c_str());
         }
@@ -101,8 +102,8 @@ int no_device() {
 bool readings_available() {
     if (tessel::is_available()) return true;
     if (!info::nvml_only()) return false;
-    std::fprintf(stderr, "tessel-info: %s\ntessel-info: the GPUs below are NVML's, numbered as NVML numbers them\n",
-                 tessel::unavailable_reason().c_str());
+    std::fprintf(stderr, "tessel-info: %s\ntessel-info: the GPUs below are NVML's, numbered as nvidia-smi numbers them%s\n",
+                 tessel::unavailable_reason().c_str(), info::hidden_note());
     return true;
 }
 

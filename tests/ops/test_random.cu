@@ -154,8 +154,10 @@ TEMPLATE_TEST_CASE("fills equal the stream value by value at any offset and outp
     using T = TestType;
     const double poison = -7777.0;
     // Tolerances: uniform a + (b - a) u is one rounding of the compute type (float or double) and
-    // one of T; normal adds logf/sqrtf/sincospif (a few ulp of the compute type each) on a radius of
-    // at most 5.8 (u1 >= 2^-24), so a few ulp of 4 * 5.8.
+    // one of T; normal adds logf/sqrtf (a few ulp of the compute type each) and, in float, the
+    // angle 2 pi u2 - pi rounded once (2^-23 at most) and __sincosf's absolute error on [-pi, pi]
+    // (2^-21.4; sincospi in double, a few ulp), on a radius of at most 5.8 (u1 >= 2^-24) times b
+    // = 4: under 8 units of the compute type on 4 * 5.8, which 64 covers.
     const double unit = std::is_same_v<T, double> ? 0x1p-52 : std::is_same_v<T, float> ? 0x1p-23 : std::is_same_v<T, __half> ? 0x1p-10 : 0x1p-7;
     const double compute_unit = std::is_same_v<T, double> ? 0x1p-52 : 0x1p-23;
     for (const bool normal : {false, true}) {

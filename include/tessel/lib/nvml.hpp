@@ -99,14 +99,15 @@ inline const Loaded& loaded() {
 }
 
 // What went wrong reading a device beyond the fields it does not report (NOT_SUPPORTED,
-// NO_PERMISSION, NOT_FOUND leave a field empty quietly): the first failed call and NVML's words
-// (the first that said the GPU is lost, once one did), and whether one did.
+// NO_PERMISSION, NOT_FOUND leave a field empty quietly, unless `always`: a device whose handle is
+// refused so says why): the first failed call and NVML's words (the first that said the GPU is
+// lost, once one did), and whether one did.
 struct Trouble {
     bool lost = false;
     std::string error;
-    void note(abi::nvmlReturn_t r, const char* call) {
-        if (r == abi::NVML_SUCCESS || r == abi::NVML_ERROR_NOT_SUPPORTED || r == abi::NVML_ERROR_NO_PERMISSION ||
-            r == abi::NVML_ERROR_NOT_FOUND)
+    void note(abi::nvmlReturn_t r, const char* call, bool always = false) {
+        if (r == abi::NVML_SUCCESS ||
+            (!always && (r == abi::NVML_ERROR_NOT_SUPPORTED || r == abi::NVML_ERROR_NO_PERMISSION || r == abi::NVML_ERROR_NOT_FOUND)))
             return;
         const bool now_lost = r == abi::NVML_ERROR_GPU_IS_LOST && !lost;
         lost = lost || now_lost;
@@ -144,7 +145,7 @@ inline abi::nvmlDevice_t handle(Device d, Trouble* trouble = nullptr) {
     const char* call = "nvmlDeviceGetHandleByIndex_v2";
 #endif
     if (r != abi::NVML_SUCCESS) {
-        if (trouble) trouble->note(r, call);
+        if (trouble) trouble->note(r, call, true);
         return nullptr;
     }
     std::lock_guard lk(m);
@@ -158,7 +159,7 @@ inline abi::nvmlDevice_t handle_at(unsigned index, Trouble* trouble = nullptr) {
     abi::nvmlDevice_t h = nullptr;
     if (!l.ok || !l.api.handle_by_index) return nullptr;
     if (const abi::nvmlReturn_t r = l.api.handle_by_index(index, &h); r != abi::NVML_SUCCESS) {
-        if (trouble) trouble->note(r, "nvmlDeviceGetHandleByIndex_v2");
+        if (trouble) trouble->note(r, "nvmlDeviceGetHandleByIndex_v2", true);
         return nullptr;
     }
     return h;
@@ -183,8 +184,8 @@ inline std::string unavailable_reason() { return detail::loaded().ok ? std::stri
 // The entry points, for what tessel does not wrap (check available() first).
 inline const abi::Api& api() { return detail::loaded().api; }
 
-// A GPU by NVML's numbering, which need not be CUDA's (NVML counts by PCI bus; CUDA puts the fastest
-// first and hides what CUDA_VISIBLE_DEVICES leaves out). For when CUDA sees no device but NVML does —
+// A GPU by NVML's numbering (nvidia-smi's), which need not be CUDA's (CUDA puts the fastest first
+// and hides what CUDA_VISIBLE_DEVICES leaves out; NVML promises no order across reboots). For when CUDA sees no device but NVML does —
 // a driver too old for this runtime, or the only GPU lost before the process started — so that the
 // readings, and the loss, still show.
 struct Index {

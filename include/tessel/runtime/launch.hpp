@@ -42,7 +42,7 @@ struct SimKernelCall final : sim::LaunchSpec {
     }
     template <class X>
     void note_pointer(int position, const X& x) {
-        if constexpr (std::is_pointer_v<X> && std::is_object_v<std::remove_pointer_t<X>>)
+        if constexpr (std::is_pointer_v<X> && !std::is_function_v<std::remove_pointer_t<X>>)
             if (x) pointer_args.emplace_back(position, const_cast<const void*>(static_cast<const volatile void*>(x)));
     }
     static void run(const void* self) {

@@ -73,9 +73,10 @@ inline std::string inaccessible_argument(const LaunchSpec& launch, int device) {
         if (a.pool) {
             std::lock_guard lk(a.pool->m);
             const auto it = a.pool->access.find(device);
-            if (it != a.pool->access.end() && it->second != cudaMemAccessFlagsProtNone) continue;
+            if (it != a.pool->access.end() && it->second != cudaMemAccessFlagsProtNone) continue;  // read-only taken as enough
             return where + "allocated from its memory pool, which grants device " + std::to_string(device) +
-                   " no access (cudaMemPoolSetAccess; peer access does not reach pools; " + grant + " grants both)";
+                   " no access (peer access does not reach pools: cudaMemPoolSetAccess on device " + std::to_string(a.device) +
+                   "'s pool grants it; under TESSEL_ALLOC_CONF=backend:async " + grant + " does both)";
         }
         std::lock_guard lk(rt().m);
         if (rt().peer_enabled.count({device, a.device})) continue;
