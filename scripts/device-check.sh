@@ -179,7 +179,7 @@ PY
 fi
 $build/tools/tessel-info --json >"$OUT/tessel-info.json" 2>&1
 # tessel-info's NVML readings beside nvidia-smi's, same fields, same moment (issue 13's check).
-fields=index,name,memory.total,memory.used,memory.free,memory.reserved,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current
+fields=index,name,uuid,pci.bus_id,driver_version,memory.total,memory.used,memory.free,memory.reserved,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current
 { echo "nvidia-smi:"; nvidia-smi --query-gpu=$fields --format=csv; echo "tessel-info:"; $build/tools/tessel-info --query=$fields --format=csv; } \
   >>"$OUT/ctest.log" 2>&1
 row "tessel-info vs nvidia-smi" "$(grep -c . <<<"$(nvidia-smi -L 2>/dev/null)") GPU(s)" "both tables in ctest.log"

@@ -29,6 +29,7 @@ struct Gpu {
     std::optional<tessel::DeviceProperties> properties;  // CUDA's; absent from NVML alone, or when CUDA cannot read them
     std::optional<std::string> name;  // CUDA's, else NVML's; absent when neither can say (a lost GPU)
     tessel::nvml::DeviceReading reading;
+    tessel::nvml::Identity id;
     std::string unnamed = "unknown";  // what tables and labels say without a name
     std::string label() const { return name.value_or(unnamed); }
 };
@@ -48,12 +49,12 @@ inline std::vector<Gpu> gpus() {
         const unsigned n = tessel::nvml::device_count().value_or(0);  // read once: the count may fail later
         for (unsigned i = 0; i < n; ++i) {
             const tessel::nvml::Index at{i};
-            out.push_back({int(i), std::nullopt, tessel::nvml::name(at), tessel::nvml::read(at)});
+            out.push_back({int(i), std::nullopt, tessel::nvml::name(at), tessel::nvml::read(at), tessel::nvml::identity(at)});
         }
         return out;
     }
     for (int i = 0; i < tessel::device_count(); ++i) {
-        Gpu g{i, std::nullopt, std::nullopt, tessel::nvml::read(tessel::Device{i})};
+        Gpu g{i, std::nullopt, std::nullopt, tessel::nvml::read(tessel::Device{i}), tessel::nvml::identity(tessel::Device{i})};
         try {  // a GPU that fell off the bus may fail CUDA's property query: its readings still show
             g.properties = tessel::properties(tessel::Device{i});
             g.name = g.properties->name;
@@ -95,6 +96,9 @@ inline const std::vector<Field>& fields() {
         {"index", "", [](const Gpu& g) { return std::optional<std::string>(std::to_string(g.index)); }},
         {"name", "", [](const Gpu& g) { return g.name; }},
         {"compute_cap", "", [](const Gpu& g) { return g.properties ? std::optional<std::string>(g.properties->compute_capability()) : std::nullopt; }},
+        {"uuid", "", [](const Gpu& g) { return g.id.uuid; }},
+        {"pci.bus_id", "", [](const Gpu& g) { return g.id.pci_bus_id; }},
+        {"driver_version", "", [](const Gpu& g) { return g.reading.lost ? std::nullopt : tessel::nvml::driver_version(); }},
         {"memory.total", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_total_bytes, MiB); }},
         {"memory.used", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_used_bytes, MiB); }},
         {"memory.free", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_free_bytes, MiB); }},
@@ -235,14 +239,14 @@ inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) 
 // GPU that is lost or whose reading failed.
 inline void print_readings(const std::vector<Gpu>& gpus, bool names) {
     std::printf("%-3s ", "idx");
-    if (names) std::printf("%-32s ", "name");
+    if (names) std::printf("%-32s %-16s ", "name", "bus id");
     std::printf("%6s %17s %6s %21s  %s\n", "temp", "power / limit", "util", "memory used / total", "clock reasons");
     for (const Gpu& g : gpus) {
         const tessel::nvml::DeviceReading& r = g.reading;
         std::string reasons;
         for (const auto& n : tessel::nvml::clock_reason_names(r.clock_event_reasons.value_or(0))) reasons += (reasons.empty() ? "" : ", ") + n;
         std::printf("%-3d ", g.index);
-        if (names) std::printf("%-32.32s ", g.label().c_str());
+        if (names) std::printf("%-32.32s %-16s ", g.label().c_str(), g.id.pci_bus_id.value_or("unknown").c_str());
         std::printf("%4s C %7s / %5s W %5s%% %9s / %7s MiB  %s\n", as_text(r.temperature_c).value_or("n/a").c_str(), as_text(r.power_w).value_or("n/a").c_str(),
                     as_text(r.power_limit_w).value_or("n/a").c_str(), as_text(r.gpu_utilization_pct).value_or("n/a").c_str(),
                     as_text(r.memory_used_bytes, 1.0 / (1 << 20)).value_or("n/a").c_str(),

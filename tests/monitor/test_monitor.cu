@@ -323,6 +323,14 @@ TEST_CASE("NVML's own numbering reads the same GPUs, a lost one as lost", "[moni
     CHECK(by_nvml.device == 0);
     CHECK(by_nvml.memory_used_bytes == by_cuda.memory_used_bytes);
     CHECK(by_nvml.memory_total_bytes == by_cuda.memory_total_bytes);
+    const auto id = tessel::nvml::identity(Device{0});
+    REQUIRE(id.uuid.has_value());
+    CHECK(id.uuid->size() == 40);  // "GPU-" and a UUID's 36 characters, as nvidia-smi writes it
+    CHECK(id.uuid->rfind("GPU-", 0) == 0);
+    CHECK(id.pci_bus_id == "00000000:00:00.0");
+    CHECK(tessel::nvml::identity(first).uuid == id.uuid);
+    if (tessel::device_count() > 1) CHECK(tessel::nvml::identity(tessel::nvml::Index{1}).uuid != id.uuid);  // each its own
+    CHECK(tessel::nvml::driver_version() == "sim");
     REQUIRE(tessel::nvml::processes(first).size() == 1);
     CHECK(tessel::nvml::processes(first)[0].pid == tessel::nvml::processes(Device{0})[0].pid);
 
@@ -332,6 +340,7 @@ TEST_CASE("NVML's own numbering reads the same GPUs, a lost one as lost", "[moni
     CHECK(lost.error == "nvmlDeviceGetHandleByIndex_v2: GPU is lost (15)");  // found afresh each time: the handle is refused
     CHECK_FALSE(lost.temperature_c.has_value());
     CHECK_FALSE(tessel::nvml::name(first).has_value());
+    CHECK_FALSE(tessel::nvml::identity(first).uuid.has_value());
     CHECK(tessel::nvml::processes(first).empty());
     CHECK(tessel::nvml::device_count() == unsigned(tessel::device_count()));  // a lost GPU is still counted
     sn::clear_injections();

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -50,7 +51,8 @@ inline const Loaded& loaded() {
              s::nvmlDeviceGetProcessUtilization, s::nvmlDeviceGetClockInfo, s::nvmlDeviceGetMaxClockInfo,
              s::nvmlDeviceGetCurrentClocksEventReasons, s::nvmlDeviceGetTotalEccErrors, s::nvmlDeviceGetCurrPcieLinkGeneration,
              s::nvmlDeviceGetCurrPcieLinkWidth, s::nvmlEventSetCreate, s::nvmlDeviceRegisterEvents, s::nvmlEventSetWait_v2,
-             s::nvmlEventSetFree, s::nvmlSystemGetDriverVersion, s::nvmlDeviceGetMemoryInfo_v2};
+             s::nvmlEventSetFree, s::nvmlSystemGetDriverVersion, s::nvmlDeviceGetMemoryInfo_v2, s::nvmlDeviceGetPciInfo_v3,
+             s::nvmlDeviceGetUUID};
 #else
         void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
@@ -83,6 +85,8 @@ inline const Loaded& loaded() {
         resolve(lib, a.event_set_wait, "nvmlEventSetWait_v2");
         resolve(lib, a.event_set_free, "nvmlEventSetFree");
         resolve(lib, a.driver_version, "nvmlSystemGetDriverVersion");
+        resolve(lib, a.pci_info, "nvmlDeviceGetPciInfo_v3");
+        resolve(lib, a.uuid, "nvmlDeviceGetUUID");
         if (!a.init || !a.handle_by_pci_bus_id) {
             r.reason = "libnvidia-ml.so.1 lacks nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId_v2 (a driver older than NVML 12's)";
             return r;
@@ -329,6 +333,33 @@ inline DeviceReading read(Index i) {
     const abi::nvmlDevice_t h = detail::handle_at(i.value, &trouble);
     return detail::reading(int(i.value), h, trouble);
 }
+
+// What names a GPU for good, as nvidia-smi's uuid ("GPU-" and 32 hex digits) and pci.bus_id
+// ("00000000:01:00.0"): what to tell the people who reseat or replace it. Empty where NVML cannot say.
+struct Identity {
+    std::optional<std::string> uuid, pci_bus_id;
+};
+namespace detail {
+inline Identity identity_of(abi::nvmlDevice_t h) {
+    Identity id;
+    const abi::Api& a = api();
+    if (!h) return id;
+    char uuid[abi::NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (a.uuid && a.uuid(h, uuid, sizeof uuid) == abi::NVML_SUCCESS) id.uuid = std::string(uuid);
+    abi::nvmlPciInfo_t pci{};
+    if (a.pci_info && a.pci_info(h, &pci) == abi::NVML_SUCCESS) id.pci_bus_id = std::string(pci.busId, ::strnlen(pci.busId, sizeof pci.busId));
+    return id;
+}
+}  // namespace detail
+// The driver's version ("560.35.03"), as nvidia-smi's driver_version; empty without NVML.
+inline std::optional<std::string> driver_version() {
+    char v[96] = {};  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE is 80
+    if (!available() || !api().driver_version || api().driver_version(v, sizeof v) != abi::NVML_SUCCESS) return std::nullopt;
+    return std::string(v);
+}
+// Device d's identity, or NVML's GPU i's.
+inline Identity identity(Device d) { return detail::identity_of(detail::handle(d)); }
+inline Identity identity(Index i) { return detail::identity_of(detail::handle_at(i.value)); }
 
 // A process using a device, as nvidia-smi's process table shows it.
 struct ProcessReading {

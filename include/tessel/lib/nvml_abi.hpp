@@ -63,6 +63,15 @@ struct nvmlEventData_t {
     unsigned int gpuInstanceId, computeInstanceId;
 };
 
+// nvmlDeviceGetPciInfo_v3's.
+struct nvmlPciInfo_t {
+    char busIdLegacy[16];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE: "00000000:01:00.0", as nvidia-smi's pci.bus_id
+};
+static_assert(sizeof(nvmlPciInfo_t) == 68, "nvml.h's nvmlPciInfo_t");
+inline constexpr unsigned NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96;
+
 inline constexpr unsigned NVML_TEMPERATURE_GPU = 0;
 inline constexpr unsigned NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2;
 inline constexpr unsigned NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
@@ -96,6 +105,8 @@ struct Api {
     nvmlReturn_t (*event_set_free)(nvmlEventSet_t) = nullptr;
     nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;  // nvmlSystemGetDriverVersion
     nvmlReturn_t (*memory_info_v2)(nvmlDevice_t, nvmlMemory_v2_t*) = nullptr;  // nvmlDeviceGetMemoryInfo_v2
+    nvmlReturn_t (*pci_info)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;          // nvmlDeviceGetPciInfo_v3
+    nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned) = nullptr;             // nvmlDeviceGetUUID
 };
 
 }  // namespace tessel::nvml::abi

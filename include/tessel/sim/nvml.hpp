@@ -49,6 +49,8 @@ TESSEL_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned l
 TESSEL_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned timeout_ms);
 TESSEL_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
 TESSEL_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length);
+TESSEL_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci);
+TESSEL_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length);
 
 // What a test makes a simulated device report; unset fields keep the model's readings.
 struct Injection {
@@ -77,6 +79,7 @@ TESSEL_API void inject_xid(int device, unsigned long long xid);
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -402,6 +405,26 @@ TESSEL_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned lengt
     constexpr char v[] = "sim";
     if (!version || length < sizeof v) return NVML_ERROR_INSUFFICIENT_SIZE;
     std::memcpy(version, v, sizeof v);
+    return NVML_SUCCESS;
+}
+
+// Device i sits on bus i (as its cudaDeviceProp::pciBusID says); its UUID is made of its index.
+TESSEL_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+    TESSEL_SIM_NVML_DEVICE(device, i)
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    *pci = {};
+    pci->bus = unsigned(i);
+    pci->pciDeviceId = 0x233510DEu;  // an H200's device id with NVIDIA's vendor id
+    std::snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", unsigned(i));
+    std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", unsigned(i));
+    return NVML_SUCCESS;
+}
+TESSEL_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
+    TESSEL_SIM_NVML_DEVICE(device, i)
+    char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    const int n = std::snprintf(u, sizeof u, "GPU-7e55e100-0000-4000-8000-%012x", unsigned(i));
+    if (!uuid || length < unsigned(n) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    std::memcpy(uuid, u, std::size_t(n) + 1);
     return NVML_SUCCESS;
 }
 
