@@ -129,6 +129,7 @@ TEMPLATE_TEST_CASE("matmul takes transposed, strided and broadcast operands, bat
         check_views<T>(p, {3, 7, 33}, id, {33}, id, true, seed += 2, "batched matrix @ vector");
         // Empty: K = 0 gives zeros, M = 0 an empty result.
         check_views<T>(p, {5, 0}, id, {0, 3}, id, true, seed += 2, "K = 0");
+        check_views<T>(p, {1, 0}, [](const Tensor<T>& t) { return t.expand({5, 0}); }, {0, 3}, id, true, seed += 2, "K = 0, rows 0 apart");
         check_views<T>(p, {0, 4}, id, {4, 3}, id, true, seed += 2, "M = 0");
     }
 }
@@ -374,6 +375,10 @@ TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight
             }
     }
     const auto x = make<float>({3, 5}, 1, true).base, w = make<float>({4, 5}, 2, true).base;
+    // A strided bias (every other element of a row), as torch takes it: the same as its contiguous copy.
+    const Tensor<float> strided_bias = make<float>({8}, 5, true).base.slice(0, 0, 8, 2);
+    CHECK(tessel::linear(x, w, strided_bias).to_vector() == tessel::linear(x, w, strided_bias.contiguous()).to_vector());
+    CHECK(tessel::linear(x, w, strided_bias).to_vector() != tessel::linear(x, w, make<float>({8}, 5, true).base.slice(0, 0, 4)).to_vector());
     CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("out_features (4) elements, not shape [5]"));
     CHECK_THAT(message([&] { (void)tessel::linear(x, make<float>({4, 6}, 4, true).base); }), Catch::Contains("in_features (6)"));
     CHECK_THAT(message([&] {
@@ -422,7 +427,7 @@ TEST_CASE("matmul's autotune times the candidates on a problem's first call and 
         std::ifstream in(file);
         std::string line;
         REQUIRE(std::getline(in, line));
-        CHECK_THAT(line, Catch::StartsWith("tessel-autotune-1 ") && Catch::Contains(" fp32 4 33 17 70 1 "));
+        CHECK_THAT(line, Catch::StartsWith("tessel-autotune-2 ") && Catch::Contains(" fp32 float32 33 17 70 1 "));
     }
     {
         std::lock_guard lk(tessel::ops::detail::autotune_mutex());
@@ -455,6 +460,15 @@ TEST_CASE("matmul's autotune times the candidates on a problem's first call and 
     CHECK(retuned.keys_tuned == last.keys_tuned + 1);
     tessel::set_matmul_autotune_file("");
     std::remove(file.c_str());
+
+    // A product's key holds the output's dtype, not its size: an int8 product into int32 (cuBLAS
+    // writes it) and into fp32 (an int32 buffer, then the epilogue kernel) take different paths, and
+    // a winner timed for one must not be followed for the other.
+    const auto keys = tessel::matmul_autotune_stats().keys_tuned;
+    const auto P = make<std::int8_t>({9, 32}, 16, true, 127), Q = make<std::int8_t>({40, 32}, 17, true, 127);
+    tessel::matmul(P.base, Q.base.transpose(0, 1), tessel::empty<int>({9, 40}), MatmulOptions{}, tessel::MatmulEpilogue<int>{});
+    tessel::matmul(P.base, Q.base.transpose(0, 1), tessel::empty<float>({9, 40}), MatmulOptions{}, tessel::MatmulEpilogue<float>{});
+    CHECK(tessel::matmul_autotune_stats().keys_tuned == keys + 2);
 
     tessel::set_matmul_autotune(false);
     (void)tessel::matmul(A.base, B.base);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "../support/device_array.hpp"
 #include "../support/random_tensor.hpp"
@@ -297,6 +298,45 @@ TEST_CASE("fp8 e4m3 matmul through cuBLASLt: per-tensor scales, fused or applied
     check_fp8<__nv_bfloat16>({{2, 19, 32}, {16, 32}, false, true, true, true, true, tessel::Activation::relu}, seed += 3, applied, 0);
     // K = 0, which cuBLASLt does not define: zeros, then the epilogue (the bias).
     check_fp8<float>({{5, 0}, {16, 0}, false, true, true}, seed += 3, applied, -1);
+}
+
+// Products that reach the output through tessel's epilogue kernel even without an epilogue (an int8
+// product into anything but int32: cuBLAS writes int8 products only as int32; fp8 with K = 0: zeros
+// first) into an output cuBLAS could write in place (a transposed one, a single row with a column
+// stride): the kernel writes rows, so these go through a temporary.
+TEST_CASE("int8 and fp8 products into a transposed or strided out", "[ops][matmul][int8][fp8]") {
+    if (tessel::device_count() == 0) return;
+    const std::int64_t m = 37, n = 29, k = 48;
+    const auto A = make<std::int8_t>({m, k}, 9900, true, 127), W = make<std::int8_t>({n, k}, 9901, true, 127);
+    const Reference ref = reference_matmul(A.host, A.base.shape(), logical(W.base.transpose(0, 1), W.base, W.host), Shape{k, n});
+    const float nan = std::nanf("");
+    for (MatmulPolicy p : policies) {
+        INFO(tessel::policy_name(p));
+        const Tensor<float> ct = tessel::full<float>({n, m}, nan).transpose(0, 1);  // column layout
+        tessel::matmul(A.base, W.base.transpose(0, 1), ct, MatmulOptions{.policy = p});
+        INFO(tessel::last_matmul_choice().implementation);
+        const auto got = ct.contiguous().to_vector();
+        tessel::testing::check_close(std::vector<double>(got.begin(), got.end()), ref.value, std::vector<double>(got.size(), 0.0),
+                                     "int8 -> fp32 into a transposed out");
+        const Tensor<int> it = tessel::full<int>({n, m}, std::numeric_limits<int>::min()).transpose(0, 1);
+        tessel::matmul(A.base, W.base.transpose(0, 1), it, MatmulOptions{.policy = p});
+        const auto got_i = it.contiguous().to_vector();
+        tessel::testing::check_close(std::vector<double>(got_i.begin(), got_i.end()), ref.value, std::vector<double>(got_i.size(), 0.0),
+                                     "int8 -> int32 into a transposed out");
+        // One row into every other element of a row: the elements between stay as they were.
+        const Tensor<float> row = tessel::full<float>({1, 2 * n}, nan);
+        tessel::matmul(A.base.slice(0, 0, 1), W.base.transpose(0, 1), row.slice(1, 0, 2 * n, 2), MatmulOptions{.policy = p});
+        const auto got_row = row.to_vector();
+        for (std::int64_t j = 0; j < n; ++j) {
+            CHECK(got_row[std::size_t(2 * j)] == ref.value[std::size_t(j)]);
+            CHECK(std::isnan(got_row[std::size_t(2 * j + 1)]));
+        }
+    }
+    // fp8 with K = 0 (zeros, then the epilogue's scales) into a transposed out.
+    const Tensor<F8> a8 = tessel::empty<F8>({5, 0}), w8 = tessel::empty<F8>({16, 0});
+    const Tensor<float> c8 = tessel::full<float>({16, 5}, nan).transpose(0, 1);
+    tessel::matmul(a8, w8.transpose(0, 1), c8, MatmulOptions{}, tessel::MatmulEpilogue<float>{.a_scale = scalar(1), .b_scale = scalar(1)});
+    CHECK(c8.contiguous().to_vector() == std::vector<float>(80, 0.f));
 }
 
 TEST_CASE("fp8 matmul refuses what cuBLASLt cannot run, naming it", "[ops][matmul][fp8]") {

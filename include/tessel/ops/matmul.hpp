@@ -244,7 +244,9 @@ Tensor<matmul_result_t<T>> matmul(const Tensor<T>& a, const Tensor<T>& b, const 
 }
 
 // torch.nn.functional.linear with the activation fused: activation(x @ weight^T + bias), x of shape
-// [..., in], weight [out, in] (read through its transpose, without a copy on either path), bias [out].
+// [..., in], weight [out, in] (read through its transpose: cuBLAS and the tensor-core kernel take it
+// as it lies; the SIMT kernel, exact fp32 and fp64 on the hand-written path, takes rows only and so
+// reads a copy), bias [out] (any strides: one that is not contiguous is copied first, as torch takes it).
 template <Element T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_identity_t<std::optional<Tensor<T>>>& bias = std::nullopt,
                  Activation activation = Activation::none, const MatmulOptions& options = {},
@@ -259,12 +261,18 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_id
     auto in_host = [](const Tensor<T>& t) { return t.space() != MemorySpace::device && t.space() != MemorySpace::managed; };
     require(!in_host(x) && !in_host(weight), "linear: the ", in_host(x) ? "input" : "weight", " is in host memory; move it to the device "
             "with .to(Device{...}) first");
+    require(x.device() == weight.device(), "linear: the input is on device ", x.device().index, " and the weight on device ",
+            weight.device().index, "; move one of them (.to(TensorOptions{.device = ...}))");
+    std::optional<Tensor<T>> b = bias;
     if (bias) {
         require(bias->defined() && bias->dim() == 1 && bias->numel() == weight.shape()[0], "linear: the bias must be a 1-d tensor of "
                 "out_features (", weight.shape()[0], ") elements, not shape ", ::tessel::detail::shape_of(*bias));
         require(!in_host(*bias), "linear: the bias is in host memory; move it to the device with .to(Device{...}) first");
+        require(bias->device() == x.device(), "linear: the bias is on device ", bias->device().index, " and the input on device ",
+                x.device().index);
+        if (!bias->is_contiguous()) b = bias->contiguous(options.stream ? *options.stream : current_stream(x.device()).handle());
     }
-    return matmul(x, weight.transpose(0, 1), options, MatmulEpilogue<T>{.bias = bias, .bias_per_row = false, .activation = activation}, site);
+    return matmul(x, weight.transpose(0, 1), options, MatmulEpilogue<T>{.bias = b, .bias_per_row = false, .activation = activation}, site);
 }
 
 }  // namespace tessel

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../runtime/device.hpp"
+#include "../tensor/dtype.hpp"
 #include "matmul_policy.hpp"
 
 namespace tessel {
@@ -54,8 +55,8 @@ private:
 // A problem as autotuning keys it.
 struct AutotuneKey {
     int device;
-    std::string_view in_dtype;  // a static string: dtype_key's
-    std::size_t out_bytes;
+    std::string_view in_dtype;   // a static string: dtype_key's
+    std::string_view out_dtype;  // a static string: dtype_name's (int8 into int32 and into fp32 take different paths)
     std::int64_t m, n, k, batches;
     int layout_a, layout_b, layout_c;
     bool fused;
@@ -80,6 +81,13 @@ inline std::string_view canonical_dtype(std::string_view text) {
     return {};
 }
 
+// An output dtype's name as dtype_name gives it (a static string), or empty if it names none.
+inline std::string_view canonical_out_dtype(std::string_view text) {
+    for (int d = 0; d <= int(DType::boolean); ++d)
+        if (::tessel::dtype_name(DType(d)) == text) return ::tessel::dtype_name(DType(d));
+    return {};
+}
+
 // A device as the file names it: its name (spaces as '_') and compute capability, so that a file
 // written on one machine applies to the same GPU model on another and to nothing else.
 inline std::string device_tag(int device) {
@@ -91,8 +99,10 @@ inline std::string device_tag(int device) {
 }
 
 // The file's format, one winner per line:
-//   tessel-autotune-1 DEVICE_NAME CC DTYPE OUT_BYTES M N K BATCHES LAYOUT_A LAYOUT_B LAYOUT_C FUSED PATH VARIANT
-inline constexpr std::string_view autotune_file_magic = "tessel-autotune-1";
+//   tessel-autotune-2 DEVICE_NAME CC DTYPE OUT_DTYPE M N K BATCHES LAYOUT_A LAYOUT_B LAYOUT_C FUSED PATH VARIANT
+// (version 1's lines, with the output's size in bytes where OUT_DTYPE stands, are skipped: the size
+// did not tell int8 into int32 from int8 into fp32, which take different paths).
+inline constexpr std::string_view autotune_file_magic = "tessel-autotune-2";
 
 // Adds the file's winners for this process's devices (later lines win); lines for other devices or
 // in another format are skipped. Returns how many were added. Caller holds autotune_mutex().
@@ -105,17 +115,18 @@ inline std::int64_t read_autotune_file(const std::string& path) {
     for (std::string line; std::getline(in, line);) {
         ++line_number;
         std::istringstream f(line);
-        std::string magic, name, cc, dtype, path_name;
+        std::string magic, name, cc, dtype, out_dtype, path_name;
         AutotuneKey key{};
         MatmulCandidate c;
         int fused = 0;
-        if (!(f >> magic >> name >> cc >> dtype >> key.out_bytes >> key.m >> key.n >> key.k >> key.batches >> key.layout_a >> key.layout_b >>
+        if (!(f >> magic >> name >> cc >> dtype >> out_dtype >> key.m >> key.n >> key.k >> key.batches >> key.layout_a >> key.layout_b >>
               key.layout_c >> fused >> path_name >> c.variant) ||
             magic != autotune_file_magic)
             continue;
         key.in_dtype = canonical_dtype(dtype);
+        key.out_dtype = canonical_out_dtype(out_dtype);
         key.fused = fused != 0;
-        if (key.in_dtype.empty() || (path_name != "handwritten" && path_name != "library")) continue;
+        if (key.in_dtype.empty() || key.out_dtype.empty() || (path_name != "handwritten" && path_name != "library")) continue;
         c.path = path_name == "handwritten" ? MatmulPolicy::handwritten : MatmulPolicy::library;
         if (c.variant < 0 || c.variant >= (c.path == MatmulPolicy::handwritten ? handwritten_variants : library_variants)) {
             // Followed, it would fail every product of its key: a warning, as for a file that cannot be written.
@@ -140,7 +151,7 @@ inline void append_autotune_file(const AutotuneKey& k, const MatmulCandidate& c)
     AutotuneState& s = autotune_state();
     if (s.file.empty()) return;
     std::ofstream out(s.file, std::ios::app);
-    out << autotune_file_magic << ' ' << device_tag(k.device) << ' ' << k.in_dtype << ' ' << k.out_bytes << ' ' << k.m << ' ' << k.n
+    out << autotune_file_magic << ' ' << device_tag(k.device) << ' ' << k.in_dtype << ' ' << k.out_dtype << ' ' << k.m << ' ' << k.n
         << ' ' << k.k << ' ' << k.batches << ' ' << k.layout_a << ' ' << k.layout_b << ' ' << k.layout_c << ' ' << int(k.fused) << ' '
         << policy_name(c.path) << ' ' << c.variant << '\n';
     out.flush();

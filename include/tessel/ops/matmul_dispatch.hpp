@@ -55,8 +55,10 @@ inline std::int64_t leading_dim(const MatrixArg& m, MatrixLayout l) {
         const std::int64_t up = (std::max<std::int64_t>(n, 1) + 15) / 16 * 16;
         return up > std::numeric_limits<int>::max() ? n : up;  // BLAS's ld is an int
     };
-    if (l == MatrixLayout::row) return m.rows <= 1 ? free_ld(m.cols) : m.row_stride;
-    return m.cols <= 1 ? free_ld(m.rows) : m.col_stride;
+    // An empty dim's stride places nothing either (an expanded [M, 0] has rows 0 apart, which BLAS's
+    // ld >= max(1, ...) refuses).
+    if (l == MatrixLayout::row) return m.rows <= 1 || m.cols == 0 ? free_ld(m.cols) : m.row_stride;
+    return m.cols <= 1 || m.rows == 0 ? free_ld(m.rows) : m.col_stride;
 }
 // An operand that is one column in column layout is read as such (its ld is then free) rather than
 // as rows of one element each (ld = 1, which cuBLAS's int8 GEMM refuses and mma_matmul's 16-byte
@@ -427,7 +429,7 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     if (asked_automatic && matmul_autotune()) {
         // The winner for this problem, timed on first sight: each candidate on a scratch output
         // (beta 0, so the real output is written once, below), a warm-up run and an event-timed one.
-        const AutotuneKey key{device.index, dtype_key<T>(o), sizeof(Out), out.shape()[rank - 2], out.shape()[rank - 1],
+        const AutotuneKey key{device.index, dtype_key<T>(o), ::tessel::dtype_name(dtype_of<Out>), out.shape()[rank - 2], out.shape()[rank - 1],
                               a_in.shape()[a_in.dim() - 1], ::tessel::detail::element_count(out.shape()) /
                                                                  std::max<std::int64_t>(1, out.shape()[rank - 2] * out.shape()[rank - 1]),
                               int(layout_of(matrix_arg(a_in))), int(layout_of(matrix_arg(b_in))), int(layout_of(matrix_arg(out))),
@@ -500,10 +502,14 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     };
     prepare(a, false);
     prepare(b, true);
-    // The output: written in place in a row layout, or by cuBLAS in a column layout when nothing is
-    // applied after it; otherwise through a contiguous temporary copied back.
+    // The output: written in place in a row layout, or by cuBLAS in a column layout when the product
+    // goes straight to it; otherwise through a contiguous temporary copied back. Without an epilogue,
+    // tessel's epilogue kernel (which writes rows) still writes an int8 product into anything but
+    // int32 (cuBLAS writes int8 products only as int32) and an fp8 product of K = 0 (zeros, scaled).
     const MatrixLayout lc = layout_of(matrix_arg(out));
-    const bool direct = lc == MatrixLayout::row || (!hand && !e.fuses_anything() && lc == MatrixLayout::col);
+    const bool through_epilogue_kernel =
+        e.fuses_anything() || (int8 && !std::is_same_v<Out, int>) || (fp8 && a.shape()[a.dim() - 1] == 0);
+    const bool direct = lc == MatrixLayout::row || (!hand && !through_epilogue_kernel && lc == MatrixLayout::col);
     const Tensor<Out> c = direct ? out : (o.beta != 0 ? out.to(on) : empty<Out>(out.shape(), on));
     const Shape full = c.shape();
     const int r = full.size();
