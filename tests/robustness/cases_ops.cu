@@ -173,6 +173,16 @@ BAD("reductions", "a host tensor", Expect::invalid_argument, "host") { (void)mea
 BAD("reductions", "an invalid stream", Expect::cuda_error, "not a live stream") { (void)sum(dev({4}), {}, false, bogus_stream()); };
 #endif
 BAD("reductions", "argmax of no elements", Expect::invalid_argument, "argmax") { (void)argmax(dev({0})); };
+BAD("reductions", "amax over an empty dim of an empty tensor", Expect::invalid_argument, "amax: the reduced dims of shape [0, 0] are empty") {
+    (void)amax(dev({0, 0}), {1});
+};
+BAD("reductions", "argmin of an expression over an empty dim", Expect::invalid_argument, "argmin: the reduced dims of shape [0, 0] are empty") {
+    (void)argmin(dev({0, 0}) * 2.f, {0});
+};
+BAD("reductions", "the inf-norm of no elements", Expect::invalid_argument, "norm: the reduced dims of shape [0] are empty") {
+    (void)norm(dev({0}), ops::NormOrder::inf);
+};
+DEFINED("reductions", "the l2-norm of no elements is 0") { expect(norm(dev({0})).item() == 0.f, "norm([]) is 0"); };
 BAD("reductions", "var with a negative correction", Expect::invalid_argument, "correction") { (void)var(dev({4}), {}, -1); };
 DEFINED("reductions", "mean of no elements is NaN") { expect(std::isnan(mean(dev({0})).item()), "mean([]) is NaN"); };
 DEFINED("reductions", "sum of no elements is 0") { expect(sum(dev({0, 3}), {0}).to_vector() == std::vector<float>(3, 0.f), "zeros"); };

@@ -513,6 +513,9 @@ TEST_CASE("view rejects shapes that cannot hold the elements", "[layout]") {
     CHECK_THAT(error_of([&] { (void)l.view({std::int64_t(1) << 32, std::int64_t(1) << 32}); }),
                Catch::Contains("[4294967296, 4294967296]"));
     CHECK_THAT(error_of([&] { (void)Layout::contiguous({0, 3}).view({0, -1}); }), Catch::Contains("ambiguous"));
+    // A 0 beside the -1 of a tensor with elements: no size fits (torch: invalid, not ambiguous).
+    CHECK_THAT(error_of([&] { (void)Layout::contiguous({2, 3}).view({0, -1}); }),
+               Catch::Contains("view: shape [0, -1] is invalid for a tensor of 6 elements"));
     CHECK(Layout::contiguous({0, 3}).view({-1})->shape == Shape{0});
     CHECK(l.view({-1, 4})->shape == Shape{6, 4});
     CHECK(Layout::contiguous({}).view({1, 1})->strides == Shape{1, 1});

@@ -245,3 +245,33 @@ TEST_CASE("non-blocking copies return once queued and stay ordered on their stre
     s.synchronize();  // to_vector() reads on the current stream, which does not wait for s
     CHECK(back.to_vector() == std::vector<float>(std::size_t(n), 200.f));
 }
+
+// The host reads pinned memory a queued copy is still filling only once it landed: element access
+// and a conversion on the host wait for it, as item() and to_vector() do.
+TEST_CASE("host reads of pinned memory wait for the copy filling it", "[tensor][copy][stream]") {
+    const int n = 1 << 16;
+    tessel::Stream s = tessel::Stream::create();
+    auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
+    auto pinned = tessel::full<float>({n}, -1.f, {.space = MemorySpace::pinned});
+    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere, slowly
+    pinned.copy_(d, s.handle());
+    CHECK_FALSE(s.query());  // queued behind the kernel
+    CHECK(pinned({n - 1}) == 200.f);
+    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 100);  // 300, slowly
+    pinned.copy_(d, s.handle());
+    CHECK_FALSE(s.query());
+    CHECK(pinned.to<double>().to_vector() == std::vector<double>(std::size_t(n), 300.0));
+}
+
+// A host tensor goes to the current device, as torch's .to("cuda"); a device tensor keeps its own.
+TEST_CASE("to() without a device takes the current one for host memory", "[.multidevice]") {
+    auto h = tessel::full<float>({5}, 2.f, {.space = MemorySpace::host, .device = tessel::Device{1}});
+    {
+        tessel::DeviceGuard g(tessel::Device{2});
+        CHECK(h.to(MemorySpace::device).device() == tessel::Device{2});
+        CHECK(h.to(tessel::TensorOptions{.space = MemorySpace::device}).device() == tessel::Device{2});
+        const auto d1 = h.to(tessel::TensorOptions{.space = MemorySpace::device, .device = tessel::Device{1}});
+        CHECK(d1.to(MemorySpace::device).device() == tessel::Device{1});
+        CHECK(d1.to(MemorySpace::device).to_vector() == std::vector<float>(5, 2.f));
+    }
+}

@@ -263,16 +263,16 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_id
             "with .to(Device{...}) first");
     require(x.device() == weight.device(), "linear: the input is on device ", x.device().index, " and the weight on device ",
             weight.device().index, "; move one of them (.to(TensorOptions{.device = ...}))");
-    std::optional<Tensor<T>> b = bias;
+    MatmulEpilogue<T> e{.bias = bias, .bias_per_row = false, .activation = activation};
     if (bias) {
         require(bias->defined() && bias->dim() == 1 && bias->numel() == weight.shape()[0], "linear: the bias must be a 1-d tensor of "
                 "out_features (", weight.shape()[0], ") elements, not shape ", ::tessel::detail::shape_of(*bias));
         require(!in_host(*bias), "linear: the bias is in host memory; move it to the device with .to(Device{...}) first");
         require(bias->device() == x.device(), "linear: the bias is on device ", bias->device().index, " and the input on device ",
                 x.device().index);
-        if (!bias->is_contiguous()) b = bias->contiguous(options.stream ? *options.stream : current_stream(x.device()).handle());
+        if (!bias->is_contiguous()) e.bias = bias->contiguous(options.stream ? *options.stream : current_stream(x.device()).handle());
     }
-    return matmul(x, weight.transpose(0, 1), options, MatmulEpilogue<T>{.bias = b, .bias_per_row = false, .activation = activation}, site);
+    return matmul(x, weight.transpose(0, 1), options, e, site);
 }
 
 }  // namespace tessel

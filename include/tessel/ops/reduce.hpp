@@ -91,10 +91,11 @@ inline ReductionPlan plan_reduction(const char* name, const Shape& shape, const 
     return p;
 }
 
-// max, min and their arguments have no value over no elements.
+// max, min, their arguments and the inf-norm have no value over no elements (torch refuses them).
 template <class Op, class T>
 inline constexpr bool needs_elements = std::is_same_v<Op, ExtremumReducer<T, true>> || std::is_same_v<Op, ExtremumReducer<T, false>> ||
-                                       std::is_same_v<Op, ArgExtremumReducer<T, true>> || std::is_same_v<Op, ArgExtremumReducer<T, false>>;
+                                       std::is_same_v<Op, ArgExtremumReducer<T, true>> || std::is_same_v<Op, ArgExtremumReducer<T, false>> ||
+                                       std::is_same_v<Op, NormReducer<T, NormOrder::inf>>;
 
 // How each output's K elements are cut into `splits` pieces of `chunk` (a multiple of V). It
 // depends on the shape (and V) only, so the combination order never depends on the device. Rows
@@ -261,10 +262,11 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
     const rt::stream_t stream = stream_for(name, stream_opt, device);
     Tensor<Out> out = empty<Out>(plan.out_shape, TensorOptions{.device = device, .stream = stream});
     const std::int64_t M = out.numel();
-    if (M == 0) return out;
+    // Before the empty output's return: torch refuses amax over dim 1 of [0, 0] too.
     if constexpr (needs_elements<Op, T>)
         require(K > 0, name, ": the reduced dims of shape ", x.shape(), " are empty, and ", name,
                 " of no elements is undefined");
+    if (M == 0) return out;
 
     Shape outer_shape, outer_strides, inner_shape, inner_strides;
     merge_dims(x.shape(), x.strides(), plan.kept, outer_shape, outer_strides);
@@ -331,9 +333,9 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
     const rt::stream_t stream = stream_for(name, stream_opt, device);
     Tensor<Out> out = empty<Out>(plan.out_shape, TensorOptions{.device = device, .stream = stream});
     const std::int64_t M = out.numel();
-    if (M == 0) return out;
     if constexpr (needs_elements<Op, D>)
         require(K > 0, name, ": the reduced dims of shape ", shape, " are empty, and ", name, " of no elements is undefined");
+    if (M == 0) return out;
 
     // Kept dims first, reduced dims last: element k of output o is then flat element o * K + k.
     std::vector<int> order = plan.kept;

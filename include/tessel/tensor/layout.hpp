@@ -167,6 +167,7 @@ inline Shape infer_view_shape(const Shape& new_shape, std::int64_t numel) {
     if (std::find(new_shape.begin(), new_shape.end(), 0) != new_shape.end()) known = 0;
     Shape out = new_shape;
     if (inferred >= 0) {
+        require(known != 0 || numel == 0, "view: shape ", new_shape, " is invalid for a tensor of ", numel, " elements");
         require(known != 0, "view: shape ", new_shape, " is ambiguous for a tensor of ", numel,
                 " elements: its -1 could be any size");
         require(known && numel % *known == 0, "view: shape ", new_shape, " is invalid for a tensor of ", numel,

@@ -78,6 +78,8 @@ public:
     Tensor(const E& expr);
     Tensor(std::shared_ptr<Storage> storage, Layout layout) : storage_(std::move(storage)), layout_(std::move(layout)) {
         require(storage_ != nullptr, "Tensor: no storage");
+        require(layout_.shape.size() == layout_.strides.size(), "Tensor: layout of shape ", layout_.shape, " has ",
+                layout_.strides.size(), " strides");
         require(layout_.fits_in(std::int64_t(storage_->bytes() / sizeof(T))), "Tensor: layout ", layout_,
                 " reaches outside its storage of ", storage_->bytes() / sizeof(T), " ", dtype_traits<T>::name, " elements");
     }
@@ -127,12 +129,15 @@ public:
     // ---- copies ----
     // Copies `src` (same shape, same element type; any memory space, any layout) into this tensor's
     // existing memory, ordered on `stream` (default: the current stream of the device side) after
-    // the last write to `src`. Asynchronous when both sides are device, managed or tessel's pinned
-    // memory and at most one side is strided on the device; otherwise it returns once done. Returns *this.
+    // the last write to `src`. Asynchronous when both sides are tessel's device or pinned memory
+    // (their use is recorded for the stream); otherwise (managed, pageable or foreign memory) it
+    // returns once done. Returns *this.
     const Tensor& copy_(const Tensor& src, std::optional<rt::stream_t> stream = std::nullopt) const;
     // The same data in new contiguous memory in `o.space` (on `o.device`), ordered on `o.stream`.
+    // Without o.device: a device or managed tensor's own device; from host or pinned memory onto a
+    // device, the current device (as torch's .to("cuda")).
     Tensor to(TensorOptions o) const;
-    Tensor to(MemorySpace space) const { return to(TensorOptions{.space = space, .device = device()}); }
+    Tensor to(MemorySpace space) const { return to(TensorOptions{.space = space}); }
     Tensor to_host() const { return to(MemorySpace::host); }
     // A copy in new memory of the same space, on `stream` (default: the current stream).
     Tensor clone(std::optional<rt::stream_t> stream = std::nullopt) const {
@@ -174,6 +179,9 @@ public:
             at[std::size_t(d)] = i < 0 ? i + size : i;  // negative: counted from the end
             ++d;
         }
+        // Pinned memory a queued copy is filling (pinned.copy_(device_tensor) returns once queued) is
+        // read only after it landed, as item() and to_vector() do.
+        if (space() == MemorySpace::pinned) detail::host_wait_for_last_write(*storage_);
         return static_cast<T*>(need().data())[layout_.offset_of(std::span<const std::int64_t>(at.data(), index.size()))];
     }
     // The single value of a one-element tensor (copied to the host if needed).
@@ -465,7 +473,7 @@ void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, r
 template <Element T>
 Tensor<T> Tensor<T>::to(TensorOptions o) const {
     need();
-    if (!o.device) o.device = device();
+    if (!o.device) o.device = is_plain_host(space()) && !is_plain_host(o.space) ? current_device() : device();
     Tensor<T> out = empty<T>(shape(), o);
     const rt::stream_t stream = o.resolved_stream();
     // A null stream is the default stream of the current device: make that o.device's.
@@ -576,6 +584,7 @@ namespace detail {
 template <Element U, Element T>
 Tensor<U> convert_on_host(const Tensor<T>& t) {
     const Tensor<T> h = is_plain_host(t.space()) ? t.contiguous() : t.to_host();
+    if (is_plain_host(t.space())) host_wait_for_last_write(*h.storage());  // a copy into pinned memory may be in flight
     detail::HostArray<U> converted(static_cast<std::size_t>(t.numel()));
     const T* p = h.data();
     for (std::size_t i = 0; i < converted.n; ++i) converted.data()[i] = convert<U>(p[i]);  // NaN -> 0, saturating, as on the device
