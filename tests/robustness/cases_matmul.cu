@@ -149,3 +149,11 @@ BAD("matmul", "a linear weight in host memory", Expect::invalid_argument, "linea
 BAD("matmul", "a linear bias of the wrong length", Expect::invalid_argument, "linear: the bias must be a 1-d tensor of out_features (4)") {
     (void)linear(dev({2, 3}), dev({4, 3}), dev({1, 5}));
 };
+BAD_ENV("matmul", "a linear weight on another device", Expect::invalid_argument, "linear: the input is on device 0 and the weight on device 1",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    (void)linear(dev({2, 3}), zeros<float>({4, 3}, {.device = Device{1}}));
+};
+BAD_ENV("matmul", "a linear bias on another device", Expect::invalid_argument, "linear: the bias is on device 1 and the input on device 0",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    (void)linear(dev({2, 3}), dev({4, 3}), zeros<float>({4}, {.device = Device{1}}));
+};

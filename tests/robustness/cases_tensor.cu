@@ -556,6 +556,13 @@ BAD_ENV("tensor", "a kernel on device 0 reading device 1's pool memory after ena
     add_one_on_device_0_to_memory_of_device_1();
 };
 
+BAD("tensor", "a hand-made layout with fewer strides than dims", Expect::invalid_argument, "Tensor: layout of shape [2, 3] has 1 strides") {
+    Layout l;
+    l.shape = Shape{2, 3};
+    l.strides = Shape{3};
+    (void)Tensor<float>(Storage::allocate(6 * sizeof(float), MemorySpace::device, Device{0}, current_stream().handle()), l);
+};
+
 // ---- monitoring: the sampler's options and policies --------------------------------------------
 BAD_ENV("monitor", "a sampler whose reading fails (a bad TESSEL_ALLOC_CONF): stop() rethrows it", Expect::invalid_argument,
         "TESSEL_ALLOC_CONF", {{"TESSEL_ALLOC_CONF", "garbage"}}) {

@@ -584,7 +584,7 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
             // cuBLASLt does not define K = 0: an fp8 product is then zeros, and the epilogue the rest.
             const bool zero_k = fp8 && ma.cols == 0;
             // cuBLAS writes int8 products only as int32: anything else is an epilogue.
-            if (!zero_k && !e.fuses_anything() && (!int8 || std::is_same_v<Out, int>)) {
+            if (!through_epilogue_kernel) {
                 product_gemm.template operator()<Out>(mcc, o);
                 continue;
             }
