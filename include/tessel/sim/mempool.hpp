@@ -57,6 +57,13 @@ inline CUmemPoolHandle_st* default_pool(int device) {
     }
     return (*pools)[std::size_t(device)].get();
 }
+// What `device` may do with `pool`'s memory: the owner read-write, others what cudaMemPoolSetAccess gave.
+inline cudaMemAccessFlags pool_access(CUmemPoolHandle_st* pool, int device) {
+    std::lock_guard lk(pool->m);
+    const auto it = pool->access.find(device);
+    return device == pool->device ? cudaMemAccessFlagsProtReadWrite : it == pool->access.end() ? cudaMemAccessFlagsProtNone : it->second;
+}
+
 inline std::string inaccessible_argument(const LaunchSpec& launch, int device) {
     for (const auto& [position, p] : launch.pointer_args) {
         Allocation a;
@@ -71,9 +78,7 @@ inline std::string inaccessible_argument(const LaunchSpec& launch, int device) {
                                   std::to_string(a.device) + "'s memory, ";
         const std::string grant = "tessel::enable_peer_access(Device{" + std::to_string(device) + "}, Device{" + std::to_string(a.device) + "})";
         if (a.pool) {
-            std::lock_guard lk(a.pool->m);
-            const auto it = a.pool->access.find(device);
-            if (it != a.pool->access.end() && it->second != cudaMemAccessFlagsProtNone) continue;  // read-only taken as enough
+            if (pool_access(a.pool, device) != cudaMemAccessFlagsProtNone) continue;  // read-only taken as enough
             return where + "allocated from its memory pool, which grants device " + std::to_string(device) +
                    " no access (peer access does not reach pools: cudaMemPoolSetAccess on device " + std::to_string(a.device) +
                    "'s pool grants it; under TESSEL_ALLOC_CONF=backend:async " + grant + " does both)";
@@ -243,9 +248,7 @@ TESSEL_API cudaError_t cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPo
     if (!flags || !pool || !location || location->type != cudaMemLocationTypeDevice || location->id < 0 ||
         location->id >= int(detail::rt().devices.size()))
         return detail::fail(cudaErrorInvalidValue, "cudaMemPoolGetAccess: a null argument, or a location that is no device");
-    std::lock_guard lk(pool->m);
-    const auto it = pool->access.find(location->id);
-    *flags = location->id == pool->device ? cudaMemAccessFlagsProtReadWrite : it == pool->access.end() ? cudaMemAccessFlagsProtNone : it->second;
+    *flags = detail::pool_access(pool, location->id);
     return detail::ok();
 }
 
