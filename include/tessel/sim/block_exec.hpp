@@ -77,6 +77,8 @@ public:
     // A block read or wrote another block's shared memory (map_shared_rank) between barriers
     // `generation` and the next; `where` is the kernel's source line.
     void remote_access(const std::string& where) {
+        const tsan::IgnoreAccesses bookkeeping;  // orders no kernel memory between the blocks (tsan_order.hpp)
+        const tsan::IgnoreSync unordered;
         std::lock_guard lk(m_);
         if (!remote_accessed_ || generation_ > last_remote_generation_) last_remote_where_ = where;
         remote_accessed_ = true;
@@ -469,8 +471,9 @@ private:
 // A waiting thread sleeps on its own condition variable and is woken only when its group is
 // released: with one variable for the block, each warp collective of a 256-thread block woke all
 // 255 others to find 31 of them released (ThreadSanitizer pays for every wake-up and context switch).
-class ThreadExecutor final : public BlockExecutor {
+class ThreadExecutor final : public BlockExecutor, private GroupObserver {
 public:
+    ThreadExecutor() { sync_.observe(this); }
     ~ThreadExecutor() override {
         {
             std::lock_guard lk(m_);
@@ -493,6 +496,7 @@ public:
         active_ = n;
         done_ = 0;
         while (wake_.size() < n) wake_.emplace_back();
+        while (arrived_.size() < n) arrived_.emplace_back(), woken_.emplace_back();
         while (team_.size() < n) team_.emplace_back([this, i = unsigned(team_.size())] { member(i); });
         ++generation_;
         start_cv_.notify_all();
@@ -501,24 +505,35 @@ public:
         if (fault_) std::rethrow_exception(fault_);
     }
 
+    // The lock orders the bookkeeping only; what the kernel's memory sees ordered is the group's
+    // (tsan_order.hpp): released by this thread at arrival, acquired through its wake token.
     std::uint64_t synchronize(SimThread& self) override {
-        std::unique_lock lk(m_);
-        if (fault_) throw detail::BlockAborted{};
-        released_.clear();
-        try {
-            sync_.arrive(self, released_);
-        } catch (...) {
-            abort_block(std::current_exception());
-            throw detail::BlockAborted{};
+        tsan::release(arrived_[self.tid]);
+        std::uint64_t result = 0;
+        {
+            const tsan::IgnoreAccesses bookkeeping;
+            const tsan::IgnoreSync unordered;
+            std::unique_lock lk(m_);
+            if (fault_) throw detail::BlockAborted{};
+            released_.clear();
+            synced_.clear();
+            try {
+                sync_.arrive(self, released_);
+            } catch (...) {
+                abort_block(std::current_exception());
+                throw detail::BlockAborted{};
+            }
+            --active_;
+            active_ += unsigned(released_.size());
+            wake_released();
+            check_progress();
+            wake_[self.tid].wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
+            if (fault_) throw detail::BlockAborted{};
+            self.state = ThreadState::running;
+            result = self.result;
         }
-        --active_;
-        active_ += unsigned(released_.size());
-        wake_released();
-        check_progress();
-        wake_[self.tid].wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
-        if (fault_) throw detail::BlockAborted{};
-        self.state = ThreadState::running;
-        return self.result;
+        tsan::acquire(woken_[self.tid]);
+        return result;
     }
 
 private:
@@ -544,11 +559,15 @@ private:
             } catch (...) {
                 err = detail::as_fault(sync_, t);
             }
+            // Not under IgnoreSync: the lock orders this thread's whole run before the block's end
+            // (run_block's caller, and the host after it).
             lk.lock();
             if (err) abort_block(err);
             if (!aborted && !err && !fault_) {
+                const tsan::IgnoreAccesses bookkeeping;
                 --active_;
                 released_.clear();
+                synced_.clear();
                 try {
                     sync_.exit(t, released_);
                 } catch (...) {
@@ -573,8 +592,25 @@ private:
         }
     }
 
-    // Called with the lock held.
+    // GroupObserver, with the lock held, before the group's results are computed: this thread
+    // takes every member's clock at arrival (a member cannot move on before it is woken).
+    void block_complete(unsigned threads) override {
+        const tsan::SyncVisible ordering;
+        for (unsigned i = 0; i < threads; ++i) tsan::acquire(arrived_[i]), synced_.push_back(i);
+    }
+    void warp_group_complete(unsigned first_tid, unsigned lanes) override {
+        const tsan::SyncVisible ordering;
+        for (unsigned l = 0; l < 32; ++l)
+            if (lanes >> l & 1u) tsan::acquire(arrived_[first_tid + l]), synced_.push_back(first_tid + l);
+    }
+
+    // Called with the lock held. The members of completed groups get the completing thread's clock
+    // (which holds all of theirs); lanes released by __activemask alone get none, as in CUDA.
     void wake_released() {
+        {
+            const tsan::SyncVisible ordering;
+            for (unsigned i : synced_) tsan::release(woken_[i]);
+        }
         for (unsigned i : released_) wake_[i].notify_one();
     }
 
@@ -586,6 +622,8 @@ private:
     std::mutex m_;
     std::condition_variable start_cv_, done_cv_;
     std::deque<std::condition_variable> wake_;  // per thread of the block, by tid (a deque: they never move)
+    std::deque<tsan::Token> arrived_, woken_;    // per thread: its clock at arrival; its group's at release
+    std::vector<unsigned> synced_;               // members of the groups the current arrival or exit completed
     std::vector<std::thread> team_;
     std::vector<SimThread> threads_;
     std::vector<unsigned> released_;

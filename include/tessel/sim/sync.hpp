@@ -19,6 +19,7 @@
 #include <boost/context/detail/fcontext.hpp>
 
 #include "fiber.hpp"
+#include "tsan_order.hpp"
 
 namespace tessel::sim {
 
@@ -108,9 +109,22 @@ inline std::string site_text(const std::source_location& s) {
     return std::string(s.file_name()) + ":" + std::to_string(s.line());
 }
 
+// Told of each barrier or warp collective as its group completes, before any member's result is
+// computed: the OS-thread executor orders the members for ThreadSanitizer there (tsan_order.hpp).
+class GroupObserver {
+public:
+    virtual void block_complete(unsigned threads) = 0;
+    virtual void warp_group_complete(unsigned first_tid, unsigned lanes) = 0;
+
+protected:
+    ~GroupObserver() = default;
+};
+
 // The barrier bookkeeping of one block. Not thread-safe: the OS-thread executor holds its lock.
 class BlockSync {
 public:
+    void observe(GroupObserver* o) { observer_ = o; }
+
     void reset(std::vector<SimThread>& threads, const std::string* kernel, uint3 block) {
         t_ = &threads;
         n_ = unsigned(threads.size());
@@ -252,6 +266,7 @@ private:
             lanes[l] = reinterpret_cast<WarpMatrixOp*>(o.value);
         }
         try {
+            const tsan::AccessesVisible checked;  // the shared-memory reads made for the lanes are the kernel's
             lanes[0]->compute(lanes);
         } catch (const std::invalid_argument& e) {
             fault(concat(lanes[0]->name, " at ", site_text(first.site), ": ", e.what()));
@@ -283,6 +298,7 @@ private:
                              site_text(o.site)));
             count += o.pred != 0;
         }
+        if (observer_) observer_->block_complete(n_);
         std::uint64_t r = 0;
         switch (first.kind) {
             case SyncKind::syncthreads_count: r = std::uint64_t(count); break;
@@ -329,6 +345,7 @@ private:
             const SimThread& o = (*t_)[base + l];
             if (o.state != ThreadState::waiting || o.kind != kind || o.mask != mask) return;
         }
+        if (observer_) observer_->warp_group_complete(base, group);
         if (kind == SyncKind::warp_matrix) {
             if (gone_[self.warp] != 0) partial_warp(self);  // a lane exited while the others waited
             run_warp_matrix(base);
@@ -401,6 +418,7 @@ private:
     }
 
     std::vector<SimThread>* t_ = nullptr;
+    GroupObserver* observer_ = nullptr;
     std::vector<unsigned> gone_;  // per warp: lanes exited or never present
     // Per warp, lanes whose state is `waiting`: at anything; at a warp collective other than
     // __activemask; at __activemask.
