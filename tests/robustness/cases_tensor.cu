@@ -520,11 +520,22 @@ __global__ void add_one(float* x, int n) {
     const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n) x[i] += 1;
 }
-void add_one_on_device_0_to_memory_of_device_1() {
+// The same with the pointer inside a parameter structure, after another field (no padding: the
+// sim reads only structures whose every byte is a field's).
+struct AddOneJob {
+    std::int64_t n;
+    float* x;
+};
+__global__ void add_one_job(AddOneJob job) {
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < job.n) job.x[i] += 1.f;
+}
+void add_one_on_device_0_to_memory_of_device_1(bool in_structure = false) {
     Tensor<float> x = full<float>({100}, 2.f, {.device = Device{1}});
     current_stream(Device{1}).synchronize();
     const Stream zero = current_stream(Device{0});
-    launch(add_one, 1, 128, 0, zero.handle(), x.data(), 100);
+    if (in_structure) launch(add_one_job, 1, 128, 0, zero.handle(), AddOneJob{100, x.data()});
+    else launch(add_one, 1, 128, 0, zero.handle(), x.data(), 100);
     zero.synchronize();
     expect(x.to_vector() == std::vector<float>(100, 3.f), "device 0's kernel did not add one to device 1's memory");
 }
@@ -534,6 +545,10 @@ BAD_ENV("tensor", "a kernel on device 0 reading device 1's memory without peer a
         "points into device 1's memory, and device 0 has no peer access to it (tessel::enable_peer_access(Device{0}, Device{1}))",
         {{"TESSEL_SIM_DEVICES", "2"}}) {
     add_one_on_device_0_to_memory_of_device_1();
+};
+BAD_ENV("tensor", "a kernel on device 0 reading device 1's memory through a pointer in a structure", Expect::cuda_error,
+        ", bytes 8-15 of the structure) points into device 1's memory, and device 0 has no peer access to it", {{"TESSEL_SIM_DEVICES", "2"}}) {
+    add_one_on_device_0_to_memory_of_device_1(true);
 };
 BAD_ENV("tensor", "a kernel on device 0 reading device 1's pool memory with peer access but no pool access", Expect::cuda_error,
         "allocated from its memory pool, which grants device 0 no access (peer access does not reach pools: cudaMemPoolSetAccess on device 1's pool",
@@ -554,6 +569,12 @@ BAD_ENV("tensor", "a kernel on device 0 reading device 1's pool memory after ena
     if (device_count() < 2 || !can_access_peer(Device{0}, Device{1})) return;
     enable_peer_access(Device{0}, Device{1});
     add_one_on_device_0_to_memory_of_device_1();
+};
+BAD_ENV("tensor", "a kernel on device 0 reading device 1's memory through a structure after enable_peer_access", Expect::defined, "",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    if (device_count() < 2 || !can_access_peer(Device{0}, Device{1})) return;
+    enable_peer_access(Device{0}, Device{1});
+    add_one_on_device_0_to_memory_of_device_1(true);
 };
 
 BAD("tensor", "a hand-made layout with fewer strides than dims", Expect::invalid_argument, "Tensor: layout of shape [2, 3] has 1 strides") {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -42,8 +43,20 @@ struct SimKernelCall final : sim::LaunchSpec {
     }
     template <class X>
     void note_pointer(int position, const X& x) {
-        if constexpr (std::is_pointer_v<X> && !std::is_function_v<std::remove_pointer_t<X>>)
-            if (x) pointer_args.emplace_back(position, const_cast<const void*>(static_cast<const volatile void*>(x)));
+        if constexpr (std::is_pointer_v<X> && !std::is_function_v<std::remove_pointer_t<X>>) {
+            if (x) pointer_args.push_back({position, -1, const_cast<const void*>(static_cast<const volatile void*>(x))});
+        } else if constexpr (std::is_class_v<X> && std::has_unique_object_representations_v<X> && alignof(X) >= alignof(void*)) {
+            // A parameter structure: its fields are not known here, so every pointer-aligned word that
+            // is not zero is a candidate (the sim's check skips values that point into no allocation).
+            // Only structures without padding: padding bytes are whatever the stack held (a stale
+            // pointer among them would fail a correct launch), and the trait rules them out.
+            const auto* bytes = reinterpret_cast<const unsigned char*>(&x);
+            for (std::size_t at = 0; at + sizeof(void*) <= sizeof(X); at += alignof(void*)) {
+                const void* p = nullptr;
+                std::memcpy(&p, bytes + at, sizeof p);
+                if (p) pointer_args.push_back({position, int(at), p});
+            }
+        }
     }
     static void run(const void* self) {
         const auto* c = static_cast<const SimKernelCall*>(self);

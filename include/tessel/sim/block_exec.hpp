@@ -37,10 +37,15 @@ struct LaunchSpec {
     unsigned launch_line = 0;
     void (*invoke)(const void* args) = nullptr;  // calls the kernel with a copy of the arguments
     const void* args = nullptr;
-    // The kernel's non-null pointer arguments by position: before the grid runs, the sim checks
-    // that the launching device may reach the memory each points into (peer or pool access), as
-    // the GPU's page tables do (pointers inside structures are not seen).
-    std::vector<std::pair<int, const void*>> pointer_args;
+    // The kernel's non-null pointer arguments, and the non-zero pointer-aligned words of its
+    // structure arguments: before the grid runs, the sim checks that the launching device may reach
+    // the memory each points into (peer or pool access), as the GPU's page tables do.
+    struct PointerArg {
+        int position;     // the parameter's index
+        int offset;       // bytes into a structure parameter; -1 for a pointer parameter
+        const void* p;
+    };
+    std::vector<PointerArg> pointer_args;
 };
 
 class BlockExecutor;

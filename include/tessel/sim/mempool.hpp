@@ -65,7 +65,11 @@ inline cudaMemAccessFlags pool_access(CUmemPoolHandle_st* pool, int device) {
 }
 
 inline std::string inaccessible_argument(const LaunchSpec& launch, int device) {
-    for (const auto& [position, p] : launch.pointer_args) {
+    {
+        std::lock_guard lk(rt().m);
+        if (rt().devices.size() < 2) return {};  // one device reaches all device memory there is
+    }
+    for (const auto& [position, offset, p] : launch.pointer_args) {
         Allocation a;
         {
             std::lock_guard lk(rt().m);
@@ -74,7 +78,9 @@ inline std::string inaccessible_argument(const LaunchSpec& launch, int device) {
             a = *found;
         }
         if (a.device < 0 || a.device == device || a.managed) continue;
-        const std::string where = "argument " + std::to_string(position) + " (" + hex_ptr(p) + ") points into device " +
+        const std::string field = offset < 0 ? std::string() : ", bytes " + std::to_string(offset) + "-" +
+                                                                   std::to_string(offset + int(sizeof(void*)) - 1) + " of the structure";
+        const std::string where = "argument " + std::to_string(position) + " (" + hex_ptr(p) + field + ") points into device " +
                                   std::to_string(a.device) + "'s memory, ";
         const std::string grant = "tessel::enable_peer_access(Device{" + std::to_string(device) + "}, Device{" + std::to_string(a.device) + "})";
         if (a.pool) {
