@@ -417,6 +417,7 @@ TEST_CASE("the public API: allocate, MemoryScope, summary, snapshot, bad pointer
         }
     CHECK(found);
     CHECK(mem::allocate(0) == nullptr);
+    CHECK_NOTHROW(mem::record_stream(mem::allocate(0), tessel::current_stream().handle()));  // nothing to keep, as torch's
     int local = 0;
     CHECK_THROWS_AS(mem::deallocate(&local), tessel::InvalidArgument);
     mem::deallocate(outside);
@@ -608,12 +609,12 @@ TEST_CASE("at the device's capacity the cache is freed and retried, then OutOfMe
     void* c = mem::allocate(40 * MiB);  // fits only once the cache is released
     CHECK(mem::stats().num_alloc_retries == 1);
     try {
-        (void)mem::allocate(10 * MiB);
+        (void)mem::allocate(6 * MiB);  // from a 20 MiB segment, which does not fit
         FAIL("allocation beyond the capacity did not fail");
     } catch (const tessel::OutOfMemoryError& e) {
         const std::string msg = e.what();
         std::printf("--- the OutOfMemoryError message at the sim's 64 MiB capacity ---\n%s\n---\n", msg.c_str());
-        CHECK(msg.find("tried to allocate 10.00 MiB") != std::string::npos);
+        CHECK(msg.find("tried to allocate 6.00 MiB (a segment of 20.00 MiB, which the cache splits)") != std::string::npos);
         CHECK(msg.find("64.00 MiB total") != std::string::npos);
         CHECK(msg.find("60.00 MiB allocated") != std::string::npos);
         CHECK(msg.find("reserved but unallocated") != std::string::npos);
@@ -627,5 +628,30 @@ TEST_CASE("at the device's capacity the cache is freed and retried, then OutOfMe
     void* d = mem::allocate(60 * MiB);  // recovers once memory is returned
     mem::deallocate(d);
     mem::empty_cache();
+}
+
+// The retry waits for other streams' events: a block that another stream was still using comes
+// back to the pool, inside a segment still partly in use (so not released), and serves the request
+// instead of an OutOfMemoryError.
+TEST_CASE("a block another stream releases during the out-of-memory retry serves the request", "[.oom]") {
+    REQUIRE(tessel::properties().total_memory == 64 * MiB);
+    mem::empty_cache();
+    const tessel::Stream other = tessel::Stream::create();
+    void* x = mem::allocate(6 * MiB);
+    void* y = mem::allocate(6 * MiB);
+    void* w = mem::allocate(8 * MiB);  // x, y and w fill one 20 MiB segment
+    const int n = int(6 * MiB / sizeof(float));
+    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, other.handle(), static_cast<float*>(x), n, 20);
+    mem::record_stream(x, other.handle());
+    mem::deallocate(x);                       // waits for the kernel on `other`
+    void* z = mem::allocate(40 * MiB);        // 60 MiB reserved: no room for another 20 MiB segment
+    const auto before = mem::stats();
+    void* again = mem::allocate(6 * MiB);     // fails, waits for `other`, and finds x's block
+    CHECK(again == x);
+    CHECK(mem::stats().num_alloc_retries == before.num_alloc_retries + 1);
+    CHECK(mem::stats().num_ooms == before.num_ooms);
+    for (void* p : {again, y, w, z}) mem::deallocate(p);
+    mem::empty_cache();
+    CHECK(mem::check_invariants().empty());
 }
 #endif

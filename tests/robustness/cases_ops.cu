@@ -704,10 +704,11 @@ BAD_ENV("environment", "TESSEL_SIM_MEMORY=1MiB is honoured", Expect::out_of_memo
     BAD_ENV("environment", "TESSEL_ALLOC_CONF=" value, Expect::invalid_argument, fragment, {{"TESSEL_ALLOC_CONF", value}}) { \
         use_a_device();                                                                                                   \
     }
-ALLOC_CASE("max_split_size_mb:-1", "max_split_size_mb='-1' is not an integer between 20 and");
+ALLOC_CASE("max_split_size_mb:-1", "max_split_size_mb='-1' is not an integer between 21 and");
+ALLOC_CASE("max_split_size_mb:20", "max_split_size_mb='20' is not an integer between 21 and");  // the 20 MiB segments would be oversize
 ALLOC_CASE("max_split_size_mb:5", "max_split_size_mb='5'");
 ALLOC_CASE("max_split_size_mb:99999999999999999999", "max_split_size_mb='99999999999999999999'");
-ALLOC_CASE("max_split_size_mb:8796093022208", "max_split_size_mb='8796093022208' is not an integer between 20 and 8796093022207");
+ALLOC_CASE("max_split_size_mb:8796093022208", "max_split_size_mb='8796093022208' is not an integer between 21 and 8796093022207");
 ALLOC_CASE("max_split_size_mb:", "max_split_size_mb=''");
 ALLOC_CASE("backend:gpu", "backend must be native or async, not 'gpu'");
 ALLOC_CASE("garbage", "'garbage' is not key:value");

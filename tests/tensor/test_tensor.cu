@@ -246,6 +246,24 @@ TEST_CASE("non-blocking copies return once queued and stay ordered on their stre
     CHECK(back.to_vector() == std::vector<float>(std::size_t(n), 200.f));
 }
 
+// clone(), contiguous() and to() between device memory do not wait for the stream (torch's device
+// copies): each returns while the kernel ahead of it still runs, and reads of the results wait.
+TEST_CASE("copies between device memory return once queued and stay ordered on their stream", "[tensor][copy][stream]") {
+    const int n = 1 << 16;
+    tessel::Stream s = tessel::Stream::create();
+    auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
+    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 211);  // d = 211 everywhere, slowly
+    const auto copy = d.clone(s.handle());
+    CHECK_FALSE(s.query());  // queued behind the kernel, not done
+    const auto every_third = d.slice(0, 1, n, 3).contiguous(s.handle());  // the gather kernel
+    CHECK_FALSE(s.query());
+    const auto moved = d.to({.device = d.device(), .stream = s.handle()});
+    CHECK_FALSE(s.query());
+    CHECK(copy.to_vector() == std::vector<float>(std::size_t(n), 211.f));  // read after the copy, on the current stream
+    CHECK(every_third.to_vector() == std::vector<float>(std::size_t((n - 1 + 2) / 3), 211.f));
+    CHECK(moved.to_vector() == std::vector<float>(std::size_t(n), 211.f));
+}
+
 // The host reads pinned memory a queued copy is still filling only once it landed: element access
 // and a conversion on the host wait for it, as item() and to_vector() do.
 TEST_CASE("host reads of pinned memory wait for the copy filling it", "[tensor][copy][stream]") {

@@ -74,6 +74,7 @@ public:
     }
 
     void record_stream(void* p, rt::stream_t stream, int stream_device) {
+        if (!p) return;  // allocate(0)'s null: nothing to keep (torch's recordStream)
         if (backend_ == Backend::async) {
             async(async_device_of(p, "record_stream", false)).record_stream(p, stream, stream_device);
             return;

@@ -46,9 +46,10 @@ TESSEL_API AllocatorConfig AllocatorConfig::parse(const std::string& text) {
         require(colon != std::string::npos, "TESSEL_ALLOC_CONF: '", item, "' is not key:value (e.g. max_split_size_mb:256)");
         const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
         if (key == "max_split_size_mb") {
-            // At least one 20 MiB large-pool segment (smaller limits would forbid splitting altogether),
-            // at most what the int64 statistics can hold in bytes.
-            c.max_split_size = std::size_t(env::parse_integer("TESSEL_ALLOC_CONF max_split_size_mb", value, 20,
+            // More than one 20 MiB large-pool segment (PyTorch: "must be > 20"): at 20 those segments
+            // would count as oversize and be refused to the 1-10 MiB requests they are made for, so
+            // each such request would take a new one. At most what the int64 statistics hold in bytes.
+            c.max_split_size = std::size_t(env::parse_integer("TESSEL_ALLOC_CONF max_split_size_mb", value, 21,
                                                               std::numeric_limits<std::int64_t>::max() >> 20)) << 20;
         } else if (key == "backend") {
             if (value == "native") c.backend = Backend::native;

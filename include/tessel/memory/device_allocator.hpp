@@ -88,11 +88,14 @@ public:
             if (!block) {  // free what the cache holds and try once more
                 release_cached_blocks();
                 ++stats_.num_alloc_retries;
-                block = new_segment(pool, seg, stream);
+                // Waiting for other streams' events returned their blocks; one of them may fit (a
+                // segment still partly in use stays cached, so only the pool has it).
+                block = take_free_block(pool, size, stream);
+                if (!block) block = new_segment(pool, seg, stream);
             }
             if (!block) {
                 ++stats_.num_ooms;
-                throw OutOfMemoryError(oom_message(bytes));
+                throw OutOfMemoryError(oom_message(bytes, seg));
             }
         }
         return hand_out(block, pool, size, bytes);
@@ -423,7 +426,8 @@ private:
         return best;
     }
 
-    std::string oom_message(std::size_t requested);
+    // `segment`: what the failed cudaMalloc asked for, where it differs from the request.
+    std::string oom_message(std::size_t requested, std::size_t segment = 0);
 
     std::mutex m_;
     int device_;

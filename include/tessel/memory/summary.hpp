@@ -25,7 +25,7 @@ inline std::string format_bytes(std::int64_t bytes) {
     return buf;
 }
 
-inline std::string DeviceCachingAllocator::oom_message(std::size_t requested) {
+inline std::string DeviceCachingAllocator::oom_message(std::size_t requested, std::size_t segment) {
     rt::MemoryInfo info{};
     {
         DeviceGuard g(Device{device_});
@@ -33,8 +33,9 @@ inline std::string DeviceCachingAllocator::oom_message(std::size_t requested) {
     }
     const std::int64_t allocated = stats_.allocated_bytes[0].current, reserved = stats_.reserved_bytes[0].current;
     std::ostringstream os;
-    os << "out of memory on device " << device_ << ": tried to allocate " << format_bytes(std::int64_t(requested))
-       << ".\n  device: " << format_bytes(std::int64_t(info.total_bytes)) << " total, "
+    os << "out of memory on device " << device_ << ": tried to allocate " << format_bytes(std::int64_t(requested));
+    if (segment > requested) os << " (a segment of " << format_bytes(std::int64_t(segment)) << ", which the cache splits)";
+    os << ".\n  device: " << format_bytes(std::int64_t(info.total_bytes)) << " total, "
        << format_bytes(std::int64_t(info.free_bytes)) << " free\n  tessel: " << format_bytes(allocated) << " allocated in "
        << stats_.allocation[0].current << " block(s); " << format_bytes(reserved) << " reserved, of which "
        << format_bytes(reserved - allocated) << " reserved but unallocated; largest free cached block "

@@ -4,9 +4,11 @@
 // would order them all (a warp that shuffles would be ordered after every thread that synchronised
 // anything earlier, so a missing __syncthreads between warps showed only in some schedules). So the
 // executor's bookkeeping runs with TSan's sync and memory tracking off, and each completed group is
-// ordered explicitly: each member releases its clock into a token of its own as it arrives, the
-// thread that completes the group acquires the members' tokens and releases into each member's wake
-// token, and each member acquires its wake token as it leaves. Everything is a no-op elsewhere.
+// ordered explicitly: at a block barrier every thread releases into the barrier's token as it
+// arrives and acquires it as it leaves; in a warp collective each member releases into a token of
+// its own, the thread that completes the group acquires the members' tokens and releases into each
+// member's wake token, and each member acquires its wake token as it leaves. Everything is a no-op
+// outside ThreadSanitizer builds.
 #pragma once
 
 #if defined(__SANITIZE_THREAD__) || defined(TESSEL_SANITIZE_THREAD)

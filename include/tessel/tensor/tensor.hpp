@@ -39,9 +39,10 @@ struct TensorOptions {
     MemorySpace space = MemorySpace::device;
     std::optional<Device> device = {};        // default: the current device
     std::optional<rt::stream_t> stream = {};  // default: the current stream of that device
-    // Copies (to, clone) return once queued instead of once done: synchronise the stream before
-    // reading a host result. Only contiguous copies involving device or pinned memory can be
-    // asynchronous; others complete before returning.
+    // Copies (to, clone) involving host, pinned or managed memory return once queued instead of
+    // once done: synchronise the stream before reading a host result. Only contiguous copies
+    // involving device or pinned memory can be asynchronous; others complete before returning.
+    // Copies between device memory of one device always return once queued (torch's device copies).
     bool non_blocking = false;
 
     Device resolved_device() const { return device ? *device : current_device(); }
@@ -431,6 +432,13 @@ void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, r
     if (n == 0) return;
     const MemorySpace dst_space = dst.space();
     const bool src_host = is_plain_host(src.space()), dst_host = is_plain_host(dst_space);
+    // Within one device, the copy is ordered on the stream as a kernel is, and the host reads neither
+    // side directly: it returns once queued whatever `non_blocking` says, as torch's device copies
+    // (clone(), contiguous()). Host, pinned and managed sides follow `non_blocking`, and so do copies
+    // between devices: later writes to the source on its own device's stream would not wait for
+    // the copy's read (torch makes that stream wait; tessel completes the copy).
+    non_blocking = non_blocking || (src.space() == MemorySpace::device && dst_space == MemorySpace::device &&
+                                     src.device() == stream_device && dst.device() == stream_device);
     if (src.is_contiguous()) {
         if (src_host && dst_host) {
             std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
