@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -609,12 +610,12 @@ TEST_CASE("at the device's capacity the cache is freed and retried, then OutOfMe
     void* c = mem::allocate(40 * MiB);  // fits only once the cache is released
     CHECK(mem::stats().num_alloc_retries == 1);
     try {
-        (void)mem::allocate(6 * MiB);  // from a 20 MiB segment, which does not fit
+        (void)mem::allocate(6 * MiB);  // cut from a 20 MiB segment, which does not fit
         FAIL("allocation beyond the capacity did not fail");
     } catch (const tessel::OutOfMemoryError& e) {
         const std::string msg = e.what();
         std::printf("--- the OutOfMemoryError message at the sim's 64 MiB capacity ---\n%s\n---\n", msg.c_str());
-        CHECK(msg.find("tried to allocate 6.00 MiB (a segment of 20.00 MiB, which the cache splits)") != std::string::npos);
+        CHECK(msg.find("tried to allocate 6.00 MiB (cudaMalloc was asked for a segment of 20.00 MiB)") != std::string::npos);
         CHECK(msg.find("64.00 MiB total") != std::string::npos);
         CHECK(msg.find("60.00 MiB allocated") != std::string::npos);
         CHECK(msg.find("reserved but unallocated") != std::string::npos);
@@ -640,13 +641,18 @@ TEST_CASE("a block another stream releases during the out-of-memory retry serves
     void* x = mem::allocate(6 * MiB);
     void* y = mem::allocate(6 * MiB);
     void* w = mem::allocate(8 * MiB);  // x, y and w fill one 20 MiB segment
-    const int n = int(6 * MiB / sizeof(float));
-    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, other.handle(), static_cast<float*>(x), n, 20);
+    std::atomic<int> gate{0};
+    tessel::launch(wait_for_gate, 1, 1, 0, other.handle(), static_cast<const std::atomic<int>*>(&gate));  // holds `other`
     mem::record_stream(x, other.handle());
-    mem::deallocate(x);                       // waits for the kernel on `other`
-    void* z = mem::allocate(40 * MiB);        // 60 MiB reserved: no room for another 20 MiB segment
+    mem::deallocate(x);                 // an event on `other`: x returns to the pool once it passes
+    void* z = mem::allocate(40 * MiB);  // 60 MiB reserved: no room for another 20 MiB segment
     const auto before = mem::stats();
-    void* again = mem::allocate(6 * MiB);     // fails, waits for `other`, and finds x's block
+    std::thread opener([&] {            // the retry waits for `other`; let it pass a moment later
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        gate = 1;
+    });
+    void* again = mem::allocate(6 * MiB);  // fails, waits for `other`, and finds x's block
+    opener.join();
     CHECK(again == x);
     CHECK(mem::stats().num_alloc_retries == before.num_alloc_retries + 1);
     CHECK(mem::stats().num_ooms == before.num_ooms);

@@ -247,21 +247,29 @@ TEST_CASE("non-blocking copies return once queued and stay ordered on their stre
 }
 
 // clone(), contiguous() and to() between device memory do not wait for the stream (torch's device
-// copies): each returns while the kernel ahead of it still runs, and reads of the results wait.
+// copies): each returns while the kernel ahead of it still runs, and reads of the results wait. The
+// source, allocated on the current stream, is dropped at once: its memory must not serve a new
+// tensor on the current stream before the copies on `s` have read it.
 TEST_CASE("copies between device memory return once queued and stay ordered on their stream", "[tensor][copy][stream]") {
     const int n = 1 << 16;
     tessel::Stream s = tessel::Stream::create();
-    auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
-    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 211);  // d = 211 everywhere, slowly
-    const auto copy = d.clone(s.handle());
-    CHECK_FALSE(s.query());  // queued behind the kernel, not done
-    const auto every_third = d.slice(0, 1, n, 3).contiguous(s.handle());  // the gather kernel
-    CHECK_FALSE(s.query());
-    const auto moved = d.to({.device = d.device(), .stream = s.handle()});
-    CHECK_FALSE(s.query());
+    tessel::Tensor<float> copy, every_third, moved;
+    {
+        auto d = tessel::zeros<float>({n});
+        tessel::current_stream().synchronize();  // the zeros land before the kernel on s adds to them
+        tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 211);  // d = 211, slowly
+        copy = d.clone(s.handle());
+        CHECK_FALSE(s.query());  // queued behind the kernel, not done
+        every_third = d.slice(0, 1, n, 3).contiguous(s.handle());  // the gather kernel
+        CHECK_FALSE(s.query());
+        moved = d.to({.device = d.device(), .stream = s.handle()});
+        CHECK_FALSE(s.query());
+    }
+    const auto scribble = tessel::full<float>({n}, -5.f);  // d's size, on the current stream
     CHECK(copy.to_vector() == std::vector<float>(std::size_t(n), 211.f));  // read after the copy, on the current stream
     CHECK(every_third.to_vector() == std::vector<float>(std::size_t((n - 1 + 2) / 3), 211.f));
     CHECK(moved.to_vector() == std::vector<float>(std::size_t(n), 211.f));
+    CHECK(scribble.to_vector() == std::vector<float>(std::size_t(n), -5.f));
 }
 
 // The host reads pinned memory a queued copy is still filling only once it landed: element access

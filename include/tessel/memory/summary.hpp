@@ -34,7 +34,7 @@ inline std::string DeviceCachingAllocator::oom_message(std::size_t requested, st
     const std::int64_t allocated = stats_.allocated_bytes[0].current, reserved = stats_.reserved_bytes[0].current;
     std::ostringstream os;
     os << "out of memory on device " << device_ << ": tried to allocate " << format_bytes(std::int64_t(requested));
-    if (segment > requested) os << " (a segment of " << format_bytes(std::int64_t(segment)) << ", which the cache splits)";
+    if (segment > requested) os << " (cudaMalloc was asked for a segment of " << format_bytes(std::int64_t(segment)) << ")";
     os << ".\n  device: " << format_bytes(std::int64_t(info.total_bytes)) << " total, "
        << format_bytes(std::int64_t(info.free_bytes)) << " free\n  tessel: " << format_bytes(allocated) << " allocated in "
        << stats_.allocation[0].current << " block(s); " << format_bytes(reserved) << " reserved, of which "
