@@ -18,12 +18,17 @@ scripts/install-deps.sh || exit 1
 presets=("$@")
 ((${#presets[@]})) || presets=(sim sim-asan sim-tsan cuda)
 jobs=$(nproc)
+# g++ trades memory for time (TESSEL_COMPILER_MEMORY_FOR_SPEED, up to 7 GB a compile) where each
+# parallel job has 8 GiB.
+mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+compiler_memory=OFF
+((mem_kib / jobs >= 8 * 1024 * 1024)) && compiler_memory=ON
 passed=0 failed=0 skipped=0 failures=()
 start=$SECONDS
 for preset in "${presets[@]}"; do
   t0=$SECONDS
   echo "=== $preset: configure and build"
-  extra=()
+  extra=("-DTESSEL_COMPILER_MEMORY_FOR_SPEED=$compiler_memory")
   if [ "$preset" = cuda ] && ! { [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; }; then
     # Without a GPU the cuda preset's tests and benchmarks are compiled and linked but skipped, so
     # their device code is compiled unoptimised (cicc and ptxas -O0): tests/ops/test_matmul.cu takes
@@ -33,7 +38,7 @@ for preset in "${presets[@]}"; do
     # in the same preset. Host code at -O1 everywhere (the tests' level), where g++'s warnings that
     # need an optimiser (-Wmaybe-uninitialized) still run. With a GPU the preset's levels apply:
     # `cmake --preset cuda` sets all of these back.
-    extra=("-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" "-DCMAKE_CUDA_FLAGS_RELEASE=-O1 -DNDEBUG" "-DCMAKE_CUDA_FLAGS=-Xcicc -O0 -Xptxas -O0")
+    extra+=("-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" "-DCMAKE_CUDA_FLAGS_RELEASE=-O1 -DNDEBUG" "-DCMAKE_CUDA_FLAGS=-Xcicc -O0 -Xptxas -O0")
   fi
   if ! cmake --preset "$preset" "${extra[@]+"${extra[@]}"}" >"build-$preset.configure.log" 2>&1; then
     cat "build-$preset.configure.log"; failures+=("$preset: configure"); ((failed++)); continue

@@ -288,8 +288,8 @@ TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every pa
 // column kernel, and the whole tensor.
 TEMPLATE_TEST_CASE("var of equal values is 0 in every path and near the type's largest", "[ops][reduce]", float, double) {
     using T = TestType;
-    for (const T value : {T(0.1), T(1.1), T(std::numeric_limits<T>::max() * 0.75)}) {
-        for (std::int64_t n : {3, 4, 8, 512, 1000, 1003, 4096, 4099}) {
+    for (const T value : testing::sweep_cases({T(0.1), T(1.1), T(std::numeric_limits<T>::max() * 0.75)})) {
+        for (std::int64_t n : testing::sweep_cases<std::int64_t>({3, 4, 8, 512, 1000, 1003, 4096, 4099})) {
             INFO("value " << value << ", n " << n);
             const auto x = full<T>({2, n}, value);
             for (double v : var(x, {1}).to_vector()) CHECK(v == 0.0);
@@ -376,7 +376,7 @@ TEMPLATE_TEST_CASE("var and std of values holding an infinity are NaN whatever t
     using T = TestType;
     const T inf = std::numeric_limits<T>::infinity();
     std::mt19937_64 rng(41);
-    for (std::int64_t n : {2, 3, 4, 31, 33, 1000, 70001}) {
+    for (std::int64_t n : testing::sweep_cases<std::int64_t>({2, 3, 4, 31, 33, 1000, 70001})) {
         std::vector<T> v = testing::random_vector<T>(std::size_t(n), std::uint64_t(n));
         const std::size_t at = std::size_t(rng() % std::uint64_t(n));
         v[at] = (n % 2 != 0) ? -inf : inf;
@@ -397,7 +397,7 @@ TEMPLATE_TEST_CASE("var and std of values holding an infinity are NaN whatever t
     // where groups whose means are far apart merge (their difference overflows) before later ones.
     const T big = std::numeric_limits<T>::max() * T(0.9);
     CHECK(std::isinf(double(var(from_host<T>({big, -big, big}, {3})).item())));
-    for (std::int64_t n : {16, 17, 1025, 4096}) {
+    for (std::int64_t n : testing::sweep_cases<std::int64_t>({16, 17, 1025, 4096})) {
         std::vector<T> v(std::size_t(n), T(0));
         for (std::int64_t i = 0; i < n; ++i) {
             if (n < 100) v[std::size_t(i)] = i < 4 ? -big : i < 8 ? big : T(0);

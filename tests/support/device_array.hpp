@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <sstream>
 #include <string>
@@ -78,6 +79,20 @@ constexpr std::size_t sweep_step() {
 #else
     return 1;
 #endif
+}
+
+// The cases of a numerical sweep to run: all of them, or under ThreadSanitizer every sweep_step()-th
+// from the first, and the last (the largest size, which takes the multi-block paths). Such a sweep
+// checks a kernel's arithmetic at its edges; the race check needs each path once.
+template <class T>
+std::vector<T> sweep_cases(std::initializer_list<T> cases) {
+    std::vector<T> picked;
+    std::size_t i = 0;
+    for (const T& c : cases) {
+        if (i % sweep_step() == 0 || i + 1 == cases.size()) picked.push_back(c);
+        ++i;
+    }
+    return picked;
 }
 
 // Kernels launched so far in this process: the sim counts them; on CUDA this is 0 and tests check

@@ -526,18 +526,7 @@ public:
             const tsan::IgnoreSync unordered;
             std::unique_lock lk(m_);
             if (fault_) throw detail::BlockAborted{};
-            released_.clear();
-            synced_.clear();
-            try {
-                sync_.arrive(self, released_);
-            } catch (...) {
-                abort_block(std::current_exception());
-                throw detail::BlockAborted{};
-            }
-            --active_;
-            active_ += unsigned(released_.size());
-            wake_released();
-            check_progress();
+            if (!advance([&] { sync_.arrive(self, released_); })) throw detail::BlockAborted{};
             wake_[self.tid].wait(lk, [&] { return self.state != ThreadState::waiting || fault_; });
             if (fault_) throw detail::BlockAborted{};
             self.state = ThreadState::running;
@@ -576,21 +565,30 @@ private:
             if (err) abort_block(err);
             if (!aborted && !err && !fault_) {
                 const tsan::IgnoreAccesses bookkeeping;
-                --active_;
-                released_.clear();
-                synced_.clear();
-                try {
-                    sync_.exit(t, released_);
-                } catch (...) {
-                    abort_block(std::current_exception());
-                }
-                active_ += unsigned(released_.size());
-                wake_released();
-                check_progress();
+                advance([&] { sync_.exit(t, released_); });
             }
             t.state = ThreadState::exited;
             if (++done_ == threads_.size()) done_cv_.notify_all();
         }
+    }
+
+    // Called with the lock held: this thread's arrival or exit (`move`, which fills released_), then
+    // the threads it released are woken. False if it faulted (the block is aborted).
+    template <class Move>
+    bool advance(Move&& move) {
+        released_.clear();
+        synced_.clear();
+        try {
+            move();
+        } catch (...) {
+            abort_block(std::current_exception());
+            return false;
+        }
+        --active_;
+        active_ += unsigned(released_.size());
+        wake_released();
+        check_progress();
+        return true;
     }
 
     // Called with the lock held: if no thread can move, the block is deadlocked.
@@ -603,12 +601,11 @@ private:
         }
     }
 
-    // GroupObserver, with the lock held, before the group's results are computed. A block barrier
-    // needs nothing here (every thread acquires the barrier's token itself, outside the lock: a
-    // relay by this thread took 2 x 256 TSan operations under the lock, and the race check's
-    // reductions 25% longer). A warp group: this thread takes every member's clock at arrival (a
-    // member cannot move on before it is woken).
-    void block_complete(unsigned) override {}
+    // GroupObserver, with the lock held, before the group's results are computed: this thread takes
+    // every member's clock at arrival (a member cannot move on before it is woken). A block barrier
+    // is not relayed this way (every thread acquires the barrier's token itself, outside the lock: a
+    // relay by one thread took 2 x 256 TSan operations under the lock, and the race check's
+    // reductions 25% longer).
     void warp_group_complete(unsigned first_tid, unsigned lanes) override {
         const tsan::SyncVisible ordering;
         for (unsigned l = 0; l < 32; ++l)

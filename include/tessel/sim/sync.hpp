@@ -109,11 +109,11 @@ inline std::string site_text(const std::source_location& s) {
     return std::string(s.file_name()) + ":" + std::to_string(s.line());
 }
 
-// Told of each barrier or warp collective as its group completes, before any member's result is
-// computed: the OS-thread executor orders the members for ThreadSanitizer there (tsan_order.hpp).
+// Told of each warp collective as its group completes, before any member's result is computed: the
+// OS-thread executor orders the members for ThreadSanitizer there (tsan_order.hpp). A block barrier
+// needs no word: every thread orders itself through the barrier's token.
 class GroupObserver {
 public:
-    virtual void block_complete(unsigned threads) = 0;
     virtual void warp_group_complete(unsigned first_tid, unsigned lanes) = 0;
 
 protected:
@@ -298,7 +298,6 @@ private:
                              site_text(o.site)));
             count += o.pred != 0;
         }
-        if (observer_) observer_->block_complete(n_);
         std::uint64_t r = 0;
         switch (first.kind) {
             case SyncKind::syncthreads_count: r = std::uint64_t(count); break;
