@@ -425,6 +425,37 @@ TEST_CASE("the public API: allocate, MemoryScope, summary, snapshot, bad pointer
     CHECK_THROWS_AS(mem::deallocate(outside), tessel::InvalidArgument);  // twice
 }
 
+TEST_CASE("record_stream racing a free of the same pointer on another thread notes the use or says the pointer is gone", "[memory][stream]") {
+    // The caller's race (through the raw API only: a Tensor holds its memory while it records a
+    // stream), but it must not reach a block the free has merged into its neighbours or empty_cache
+    // has deleted: record_stream looks the pointer up again under the device's lock.
+    const tessel::Stream other = tessel::Stream::create();
+    int noted = 0, gone = 0;
+    for (int i = 0; i < 300; ++i) {
+        void* p = mem::allocate(std::size_t(1024 + 512 * (i % 7)));
+        std::atomic<int> ready{0};
+        std::thread freer([&] {
+            ready.fetch_add(1);
+            while (ready.load() < 2) std::this_thread::yield();
+            mem::deallocate(p);
+            mem::empty_cache();
+        });
+        ready.fetch_add(1);
+        while (ready.load() < 2) std::this_thread::yield();
+        try {
+            mem::record_stream(p, other.handle());
+            ++noted;
+        } catch (const tessel::InvalidArgument& e) {
+            CHECK_THAT(e.what(), Catch::Contains("record_stream: pointer"));
+            ++gone;
+        }
+        freer.join();
+    }
+    INFO(noted << " uses noted, " << gone << " pointers already gone");
+    CHECK(noted + gone == 300);
+    other.synchronize();
+}
+
 #if defined(TESSEL_BACKEND_SIM)  // the sim rejects destroyed stream handles deterministically
 namespace {
 // An allocator whose block `b` (on stream `home`) also listed `other` with record_stream.

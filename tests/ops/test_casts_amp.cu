@@ -601,3 +601,24 @@ TEST_CASE("DynamicLossScaler follows GradScaler on a scripted sequence", "[ops][
     CHECK(scaler.scale() == 1024);  // 1024 -> 2048 -> 1024 -> 512 -> 256 -> 512 -> 1024
     CHECK_THROWS_WITH(DynamicLossScaler({.init_scale = 1, .growth_factor = 0.5}), Catch::Contains("growth_factor > 1"));
 }
+
+// Every unscale writes the one flag: an overflow found on a stream held back by a slow kernel must
+// reach found_nonfinite() though the last unscale, on another stream, finished long before (it
+// synchronised the last stream only, and read a clean flag).
+TEST_CASE("DynamicLossScaler sees an overflow unscaled on another stream than the last", "[ops][amp]") {
+    const Stream a = Stream::create(), b = Stream::create();
+    DynamicLossScaler scaler({.init_scale = 1});
+    const std::int64_t n = 1 << 16;
+    Tensor<float> busy = empty<float>({n}, {.stream = a.handle()});
+    const auto overflowing = from_host<float>({1.f, std::numeric_limits<float>::infinity(), 3.f}, {3}, {.stream = a.handle()});
+    const auto clean = from_host<float>({1.f, 2.f}, {2}, {.stream = b.handle()});
+    a.synchronize();
+    b.synchronize();
+    launch(testing::slow_fill<float>, 4, 256, 0, a, busy.data(), int(n), 0.f, 50);
+    scaler.unscale({overflowing}, a.handle());  // runs after the slow kernel
+    scaler.unscale({clean}, b.handle());
+    CHECK(scaler.found_nonfinite());
+    scaler.update();
+    CHECK(scaler.scale() == 0.5);
+    CHECK(clean.to_vector() == std::vector<float>{1.f, 2.f});
+}

@@ -16,6 +16,10 @@ for unit in tools/kernel-report/kernels.cu include/tessel/cuda/runtime.cu; do
     exit 1
   fi
 done
+# Every inline-PTX wrapper assembled once (not in the report: its output is not kept).
+if ! "$nvcc" -std=c++20 -arch=sm_90 -cubin -O3 -DTESSEL_BACKEND_CUDA=1 -I"$src/include" -o "$out/ptx_wrappers.cubin" "$src/tools/kernel-report/ptx_wrappers.cu"; then
+  exit 1
+fi
 mv "$out/ptxas.log.new" "$out/ptxas.log"
 rm -f "$out/sass.txt"
 if [ -n "$cuobjdump" ] && [ -x "$cuobjdump" ]; then

@@ -79,15 +79,23 @@ public:
             async(async_device_of(p, "record_stream", false)).record_stream(p, stream, stream_device);
             return;
         }
-        Block* b = nullptr;
+        int d = 0;
         {
             std::lock_guard lk(map_m_);
             auto it = blocks_.find(p);
             require(it != blocks_.end(), "record_stream: pointer ", p,
                     " is not the start of a live allocation of tessel's caching allocator");
-            b = it->second;
+            d = it->second->device;
         }
-        device(b->device).record_stream(b, stream, stream_device);
+        // Looked up again under the device's lock (taken before map_m_ only here; nothing takes them
+        // the other way round), so a free on another thread cannot delete the block under us.
+        device(d).record_stream_if_live(
+            [&]() -> Block* {
+                std::lock_guard lk(map_m_);
+                auto it = blocks_.find(p);
+                return it == blocks_.end() ? nullptr : it->second;
+            },
+            p, stream, stream_device);
     }
 
     // True if `p` is the start of a live allocation of this allocator.

@@ -123,6 +123,23 @@ public:
     // Marks `block` as used by `stream` (of `stream_device`) too, so a free waits for work queued there.
     void record_stream(Block* block, rt::stream_t stream, int stream_device) {
         std::lock_guard lk(m_);
+        note_stream_use(block, stream, stream_device);
+    }
+    // The same for the block `find_live()` returns, called under this allocator's lock: a free racing
+    // this call has either taken the block from the caller's map first (nullptr: `p` is no longer
+    // live) or waits for the lock until the use is noted. The block of a pointer looked up before
+    // taking the lock could have been freed, merged and deleted meanwhile.
+    template <class FindLive>
+    void record_stream_if_live(FindLive&& find_live, const void* p, rt::stream_t stream, int stream_device) {
+        std::lock_guard lk(m_);
+        Block* block = find_live();
+        require(block != nullptr, "record_stream: pointer ", p,
+                " was freed while record_stream ran (on another thread); record the stream before freeing");
+        note_stream_use(block, stream, stream_device);
+    }
+
+private:
+    void note_stream_use(Block* block, rt::stream_t stream, int stream_device) {
         require(block->allocated, "record_stream: the block at ", static_cast<void*>(block->ptr), " is not in use");
         if (stream == block->stream && stream_device == device_) return;
         const StreamUse use{stream, stream_device};
@@ -131,6 +148,7 @@ public:
         block->stream_uses.push_back(use);
     }
 
+public:
     // Returns every cached segment with no block in use to the runtime.
     void empty_cache() {
         std::lock_guard lk(m_);

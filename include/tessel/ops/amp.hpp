@@ -14,6 +14,7 @@
 
 #include "../memory/allocator.hpp"
 #include "../runtime/launch.hpp"
+#include "../stream/stream.hpp"
 #include "../tensor/tensor.hpp"
 #include "assign.hpp"
 
@@ -126,10 +127,20 @@ public:
     // among them, on `stream` (default: the current stream of the scaler's device).
     template <Element T>
     void unscale(std::span<const Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
-        stream_ = stream_for("DynamicLossScaler::unscale", stream, device_);
+        const rt::stream_t s = stream_for("DynamicLossScaler::unscale", stream, device_);
         for (std::size_t k = 0; k < grads.size(); ++k)
             require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
                     grads[k].device().index, " but the scaler on device ", device_.index);
+        // Everything that touches the flag (its clear, each unscale's atomicOr) runs on one chain of
+        // streams: a new stream first waits for the previous one, so found_nonfinite() and update(),
+        // on the last stream, come after every unscale since the clear, and none overlaps the clear.
+        if (s != stream_) {
+            DeviceGuard g(device_);
+            if (!handoff_) handoff_.emplace(false, device_);
+            handoff_->record(stream_);
+            rt::stream_wait_event(s, handoff_->handle());
+            stream_ = s;
+        }
         // The flag is written on this stream: its memory must outlive that work, wherever it is freed.
         if (stream_ != alloc_stream_ && stream_ != recorded_stream_) memory::record_stream(flag_, stream_, device_), recorded_stream_ = stream_;
         unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
@@ -187,6 +198,7 @@ private:
     Device device_;
     unsigned* flag_ = nullptr;
     rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr, recorded_stream_ = nullptr;
+    std::optional<Event> handoff_;  // orders a new stream of unscale() after the flag's last stream
 };
 
 }  // namespace tessel

@@ -297,7 +297,7 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
             if (gr >= m || gc >= n) continue;
             OutT* dst = c_batch + std::size_t(gr) * ldc + gc;
             const Acc* v = sc + r * Tile::c_stride + cc;
-            const bool full = gc + 8 <= n;
+            const bool full = gc <= n - 8;  // not gc + 8 <= n: that overflows for n within 8 of 2^31
             alignas(16) OutT out[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {  // columns past N are not stored, nor given to the epilogue

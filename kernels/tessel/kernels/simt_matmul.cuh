@@ -101,7 +101,7 @@ simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t 
                 const int id = tid + i * NT, r = id / (BK / V), kk = (id % (BK / V)) * V;
                 const int gr = row0 + r, gk = k0 + kk;
                 const T* src = a_batch + std::size_t(gr) * lda + gk;
-                if (Aligned && gr < m && gk + V <= k) {
+                if (Aligned && gr < m && gk <= k - V) {  // k - V: gk + V overflows for k near 2^31
                     load_vector<T, V>(a_reg[i], src);
                 } else {
 #pragma unroll
@@ -113,7 +113,7 @@ simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t 
                 const int id = tid + i * NT, kk = id / (BN / V), cc = (id % (BN / V)) * V;
                 const int gk = k0 + kk, gc = col0 + cc;
                 const T* src = b_batch + std::size_t(gk) * ldb + gc;
-                if (Aligned && gk < k && gc + V <= n) {
+                if (Aligned && gk < k && gc <= n - V) {
                     load_vector<T, V>(b_reg[i], src);
                 } else {
 #pragma unroll
@@ -197,7 +197,7 @@ simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t 
                         const T prior = epilogue.reads_prior() && gc + j < n ? dst[j] : T(0);
                         out[j] = gc + j < n ? epilogue(acc[gi * V + i][gj * V + j], prior, batch, gr, gc + j) : T(0);
                     }
-                    if (Aligned && gc + V <= n && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
+                    if (Aligned && gc <= n - V && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
                         *reinterpret_cast<typename Vec<T, V>::type*>(dst) = *reinterpret_cast<const typename Vec<T, V>::type*>(out);
                     } else {
                         for (int j = 0; j < V && gc + j < n; ++j) dst[j] = out[j];
