@@ -21,6 +21,11 @@ jobs=$(nproc)
 # g++ trades memory for time (TESSEL_COMPILER_MEMORY_FOR_SPEED, up to 7 GB a compile) where each
 # parallel job has 8 GiB.
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+for limit in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do  # a container's cap
+  if [ -r "$limit" ] && read -r bytes <"$limit" && [[ $bytes =~ ^[0-9]+$ ]] && ((bytes / 1024 < mem_kib)); then
+    mem_kib=$((bytes / 1024))
+  fi
+done
 compiler_memory=OFF
 ((mem_kib / jobs >= 8 * 1024 * 1024)) && compiler_memory=ON
 passed=0 failed=0 skipped=0 failures=()

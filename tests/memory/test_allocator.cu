@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -434,11 +435,16 @@ TEST_CASE("record_stream racing a free of the same pointer on another thread not
     for (int i = 0; i < 300; ++i) {
         void* p = mem::allocate(std::size_t(1024 + 512 * (i % 7)));
         std::atomic<int> ready{0};
-        std::thread freer([&] {
+        std::exception_ptr freer_error;
+        std::jthread freer([&] {  // joined however this iteration ends
             ready.fetch_add(1);
             while (ready.load() < 2) std::this_thread::yield();
-            mem::deallocate(p);
-            mem::empty_cache();
+            try {
+                mem::deallocate(p);
+                mem::empty_cache();
+            } catch (...) {
+                freer_error = std::current_exception();
+            }
         });
         ready.fetch_add(1);
         while (ready.load() < 2) std::this_thread::yield();
@@ -450,6 +456,7 @@ TEST_CASE("record_stream racing a free of the same pointer on another thread not
             ++gone;
         }
         freer.join();
+        if (freer_error) std::rethrow_exception(freer_error);
     }
     INFO(noted << " uses noted, " << gone << " pointers already gone");
     CHECK(noted + gone == 300);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the kernel report's two sources for sm_90, device code only (nvcc -cubin): the public
-# ops' kernels (tools/kernel-report/kernels.cu) and the runtime's copy kernels (tessel/cuda/runtime.cu).
+# ops' kernels (tools/kernel-report/kernels.cu) and the runtime's copy kernels (tessel/cuda/runtime.cu);
+# then tools/kernel-report/ptx_wrappers.cu, so ptxas assembles every inline-PTX wrapper (not reported).
 # Writes OUT/ptxas.log (-Xptxas -v of both) and, when cuobjdump is found, OUT/sass.txt.
 # Usage: compile.sh NVCC SOURCE_DIR OUT [CUOBJDUMP]
 set -euo pipefail

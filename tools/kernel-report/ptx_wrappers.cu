@@ -11,7 +11,7 @@ namespace report {
 
 __global__ void every_ptx_wrapper(const std::uint32_t* g, std::uint32_t* out) {
     namespace ptx = tessel::ptx;
-    __shared__ alignas(16) std::uint32_t tile[32 * 4];
+    __shared__ __align__(16) std::uint32_t tile[32 * 4];
     const unsigned lane = threadIdx.x % 32;
     ptx::cp_async_16(&tile[lane * 4], g + lane * 4);
     ptx::cp_async_4(&tile[lane], g + lane, 0);

@@ -94,7 +94,7 @@ public:
     using Options = LossScalerOptions;
 
     explicit DynamicLossScaler(Options o = {}, std::optional<Device> device = std::nullopt)
-        : o_(o), scale_(o.init_scale), device_(device ? *device : current_device()) {
+        : o_(o), scale_(o.init_scale), device_(device ? *device : current_device()), flag_done_(false, device_) {
         // The scale is used as a float (the loss's multiplier, 1/scale the gradients'): it must be one.
         require(o.init_scale > 0 && o.init_scale <= max_scale && o.growth_factor > 1 && o.growth_factor <= max_scale &&
                     o.backoff_factor > 0 && o.backoff_factor < 1 && o.growth_interval > 0,
@@ -105,6 +105,7 @@ public:
         stream_ = alloc_stream_ = current_stream(device_).handle();
         flag_ = static_cast<unsigned*>(memory::allocate(sizeof(unsigned), stream_));
         rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
+        flag_done_.record(stream_);
     }
     ~DynamicLossScaler() {
         if (flag_) memory::deallocate(flag_);
@@ -132,18 +133,20 @@ public:
             require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
                     grads[k].device().index, " but the scaler on device ", device_.index);
         // Everything that touches the flag (its clear, each unscale's atomicOr) runs on one chain of
-        // streams: a new stream first waits for the previous one, so found_nonfinite() and update(),
-        // on the last stream, come after every unscale since the clear, and none overlaps the clear.
+        // streams: flag_done_ is recorded after each, and a new stream waits for it first, so
+        // found_nonfinite() and update(), on the last stream, come after every unscale since the
+        // clear, and none overlaps the clear. (cudaStreamPerThread names a different stream on each
+        // host thread: a scaler is used from one thread, as GradScaler is.)
         if (s != stream_) {
             DeviceGuard g(device_);
-            if (!handoff_) handoff_.emplace(false, device_);
-            handoff_->record(stream_);
-            rt::stream_wait_event(s, handoff_->handle());
+            // The flag is written on `s` too: its memory must outlive that work, wherever it is freed
+            // (the allocator keeps each stream once).
+            if (s != alloc_stream_) memory::record_stream(flag_, s, device_);
+            rt::stream_wait_event(s, flag_done_.handle());
             stream_ = s;
         }
-        // The flag is written on this stream: its memory must outlive that work, wherever it is freed.
-        if (stream_ != alloc_stream_ && stream_ != recorded_stream_) memory::record_stream(flag_, stream_, device_), recorded_stream_ = stream_;
         unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
+        flag_done_.record(stream_);
     }
     template <Element T>
     void unscale(const std::vector<Tensor<T>>& grads, std::optional<rt::stream_t> stream = {}) {
@@ -162,6 +165,7 @@ public:
 
     // Whether the gradients unscaled since the last update() held an inf or NaN (waits for them).
     bool found_nonfinite() const {
+        DeviceGuard g(device_);  // a null stream_ is the scaler's device's default stream
         unsigned v = 0;
         rt::memcpy_async(&v, flag_, sizeof v, stream_);
         rt::stream_synchronize(stream_);
@@ -169,6 +173,7 @@ public:
     }
     // Adjusts the scale for the next step and clears the flag.
     void update() {
+        DeviceGuard g(device_);
         if (found_nonfinite()) {
             scale_ *= o_.backoff_factor;
             tracker_ = 0;
@@ -178,6 +183,7 @@ public:
             tracker_ = 0;
         }
         rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
+        flag_done_.record(stream_);
     }
 
 private:
@@ -196,9 +202,9 @@ private:
     double scale_;
     int tracker_ = 0;
     Device device_;
+    Event flag_done_;  // recorded after each use of the flag; a new stream of unscale() waits for it
     unsigned* flag_ = nullptr;
-    rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr, recorded_stream_ = nullptr;
-    std::optional<Event> handoff_;  // orders a new stream of unscale() after the flag's last stream
+    rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr;
 };
 
 }  // namespace tessel

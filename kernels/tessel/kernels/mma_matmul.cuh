@@ -134,7 +134,7 @@ mma_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t b
     const int warp_row = (warp / Tile::warps_n) * Tile::warp_m, warp_col = (warp % Tile::warps_n) * Tile::warp_n;
     const GridTile tile = grouped_tile(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, tile_group_rows);
     const int col0 = tile.col * BN;
-    const int k_tiles = (k + BK - 1) / BK;
+    const int k_tiles = k / BK + (k % BK != 0);  // not (k + BK - 1) / BK: it overflows for k near 2^31
 
     for (int batch = int(blockIdx.z); batch < batches; batch += int(gridDim.z))
     for (std::int64_t first_row = std::int64_t(tile.row) * BM; first_row < m; first_row += std::int64_t(gridDim.y) * BM) {
