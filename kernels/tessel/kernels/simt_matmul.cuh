@@ -142,7 +142,7 @@ simt_matmul(int m, int n, int k, const T* __restrict__ a, int lda, std::int64_t 
 #pragma unroll
             for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
 
-        const int slabs = k / BK + (k % BK != 0);  // (k + BK - 1) would overflow for k near 2^31
+        const int slabs = int((unsigned(k) + BK - 1) / BK);  // unsigned: k + BK - 1 overflows int for k near 2^31
         if (slabs > 0) {
             load_slab(0);
             store_slab(0);
