@@ -17,6 +17,7 @@
 #include <tessel/ops/quantize.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/gate.hpp"
 #include "../support/random_tensor.hpp"
 #include "../support/slow_kernels.hpp"
 
@@ -606,18 +607,23 @@ TEST_CASE("DynamicLossScaler follows GradScaler on a scripted sequence", "[ops][
 // reach found_nonfinite() though the last unscale, on another stream, finished long before (it
 // synchronised the last stream only, and read a clean flag).
 TEST_CASE("DynamicLossScaler sees an overflow unscaled on another stream than the last", "[ops][amp]") {
+    // Stream a is held at a gate while the overflowing unscale waits behind it, and opened 50 ms
+    // after found_nonfinite() is called: a scaler that synchronises only the last unscale's stream
+    // (b) reads its flag before a's unscale has run, on a GPU as on the sim.
     const Stream a = Stream::create(), b = Stream::create();
     DynamicLossScaler scaler({.init_scale = 1});
-    const std::int64_t n = 1 << 16;
-    Tensor<float> busy = empty<float>({n}, {.stream = a.handle()});
     const auto overflowing = from_host<float>({1.f, std::numeric_limits<float>::infinity(), 3.f}, {3}, {.stream = a.handle()});
     const auto clean = from_host<float>({1.f, 2.f}, {2}, {.stream = b.handle()});
     a.synchronize();
     b.synchronize();
-    launch(testing::slow_fill<float>, 4, 256, 0, a, busy.data(), int(n), 0.f, 50);
-    scaler.unscale({overflowing}, a.handle());  // runs after the slow kernel
+    const auto gate = testing::make_gate();
+    launch(testing::wait_for_gate<>, 1, 1, 0, a, gate.data());
+    scaler.unscale({overflowing}, a.handle());  // runs once the gate opens
     scaler.unscale({clean}, b.handle());
-    CHECK(scaler.found_nonfinite());
+    std::jthread opener = testing::open_gate_later(gate);
+    const bool found = scaler.found_nonfinite();
+    opener.join();
+    CHECK(found);
     scaler.update();
     CHECK(scaler.scale() == 0.5);
     CHECK(clean.to_vector() == std::vector<float>{1.f, 2.f});

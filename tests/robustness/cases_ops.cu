@@ -10,6 +10,7 @@
 #include <tessel/tessel.hpp>
 #include <tessel/ops/sort.hpp>
 
+#include "../support/gate.hpp"
 #include "harness.hpp"
 
 namespace {
@@ -20,19 +21,8 @@ using I64 = std::int64_t;
 
 Tensor<float> dev(const Shape& s) { return zeros<float>(s); }
 Tensor<float> host(const Shape& s) { return zeros<float>(s, {.space = MemorySpace::host}); }
-// Spins until the host writes a non-zero value into *gate (managed memory). Both sides use atomics
-// (system scope here, std::atomic_ref on the host), so ThreadSanitizer sees no race on the gate.
-__global__ void wait_for_gate(I32* gate) {
-    while (atomicAdd_system(gate, 0) == 0) {
-    }
-}
-// Opens the gate 50 ms from now, from another thread (join it before the case ends).
-std::thread open_gate_later(const Tensor<I32>& gate) {
-    return std::thread([p = gate.data()] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        std::atomic_ref<I32>(*p).store(1);
-    });
-}
+using tessel::testing::open_gate_later;  // a kernel holding a stream until the host opens its gate
+using tessel::testing::wait_for_gate;
 void synchronize_device(Device d) {
     DeviceGuard g(d);
     rt::device_synchronize();
@@ -433,10 +423,10 @@ DEFINED("streams", "item() after a write on another stream waits for it") {
     const auto x = full<float>({1}, -1.f), z = full<float>({3}, -1.f);
     const auto y = full<float>({64}, 3.f);
     rt::device_synchronize();
-    launch(wait_for_gate, 1, 1, 0, s, gate.data());
+    launch(wait_for_gate<>, 1, 1, 0, s, gate.data());
     (x = y.slice(0, 0, 1) * 2).run(s);
     (z = y.slice(0, 0, 3) + 1).run(s);
-    std::thread opener = open_gate_later(gate);
+    std::jthread opener = open_gate_later(gate);
     const float v = x.item();
     const auto w = z.to_vector();
     opener.join();
@@ -451,11 +441,11 @@ DEFINED("streams", "a pinned tensor read after an asynchronous copy_ into it see
     const auto d = full<float>({3}, -1.f), y = full<float>({3}, 3.f);
     const auto p = full<float>({3}, -1.f, {.space = MemorySpace::pinned}), q = full<float>({1}, -1.f, {.space = MemorySpace::pinned});
     rt::device_synchronize();
-    launch(wait_for_gate, 1, 1, 0, s, gate.data());
+    launch(wait_for_gate<>, 1, 1, 0, s, gate.data());
     (d = y + 1).run(s);
     p.copy_(d);
     q.copy_(d.slice(0, 0, 1));
-    std::thread opener = open_gate_later(gate);
+    std::jthread opener = open_gate_later(gate);
     const float v = q.item();
     const auto w = p.to_vector();
     opener.join();
@@ -540,10 +530,10 @@ BAD_ENV("devices", "to() onto device 0 waits for a write on device 1's default s
     synchronize_device(Device{1});  // the fills above ran on device 1's default stream
     {
         DeviceGuard g(Device{1});
-        launch(wait_for_gate, 1, 1, 0, nullptr, gate.data());
+        launch(wait_for_gate<>, 1, 1, 0, nullptr, gate.data());
         (x = y * 2).run();  // device 1's default stream, behind the gate
     }
-    std::thread opener = open_gate_later(gate);
+    std::jthread opener = open_gate_later(gate);
     const auto on0 = x.to({.device = Device{0}});  // current device 0: its default stream
     const auto v = on0.to_vector();
     opener.join();
@@ -559,10 +549,10 @@ BAD_ENV("devices", "item() of a device-1 tensor from device 0 reads after its wr
     const Stream s = Stream::create({}, Device{1});
     {
         DeviceGuard g(Device{1});
-        launch(wait_for_gate, 1, 1, 0, s, gate.data());
+        launch(wait_for_gate<>, 1, 1, 0, s, gate.data());
     }
     (x = y * 2).run(s);
-    std::thread opener = open_gate_later(gate);
+    std::jthread opener = open_gate_later(gate);
     const float v = x.item();  // current device 0
     opener.join();
     expect(v == 6.f, "item() read " + std::to_string(v) + " before the write on device 1's stream");

@@ -660,6 +660,10 @@ BAD("dist", "all_gather overlapping out outside NCCL's in-place layout", Expect:
 BAD("dist", "a send to itself outside a group", Expect::invalid_argument, "send: peer 0 is this rank") {
     one_rank().send(dev({4}), 0);  // waited for itself until the watchdog fired
 };
+BAD_ENV("dist", "TESSEL_DIST_DEBUG not 0 or 1", Expect::invalid_argument, "TESSEL_DIST_DEBUG='yes' is not an integer between 0 and 1",
+        {{"TESSEL_DIST_DEBUG", "yes"}}) {
+    (void)dist::CommOptions{};
+};
 BAD_ENV("dist", "one thread calling two ranks' all_reduce outside a group (a LibraryError naming dist::group)", Expect::defined, "",
         {{"TESSEL_SIM_DEVICES", "2"}}) {
     const auto comms = dist::Communicator::create_local({Device{0}, Device{1}}, {.timeout = std::chrono::seconds(30)});

@@ -4,9 +4,13 @@
 #include <tessel/runtime/launch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "../support/device_array.hpp"
+#include "../support/gate.hpp"
 
 using tessel::testing::DeviceArray;
 
@@ -209,6 +213,77 @@ TEST_CASE("peer access between simulated devices, and copies across all of them"
 TEST_CASE("peer access and copies between the GPUs of this machine", "[runtime][peer]") {
     if (tessel::device_count() < 2) return;  // one device: nothing between devices to test
     check_peer_copies();
+}
+
+namespace {
+// Holds device 1's current stream at a gate, runs `copy` (which queues a copy from device 0 onto
+// that stream), then writes the source on device 0's current stream and opens the gate. The copy
+// must return while the gate is shut (a blocking copy waits for the opener's deadline: a failure,
+// not a hang) and must read the source before device 0's write (without torch's two-way ordering
+// the write runs first and the copy reads it).
+template <class Copy>
+void check_cross_device_copy_is_queued(int* source, int n, Copy&& copy) {
+    const auto gate = tessel::testing::make_gate(tessel::Device{1});
+    std::atomic<bool> returned{false}, opened_by_deadline{false};
+    {
+        tessel::DeviceGuard g(tessel::Device{1});
+        tessel::launch(tessel::testing::wait_for_gate<>, 1, 1, 0, tessel::current_stream(tessel::Device{1}).handle(), gate.data());
+    }
+    std::jthread opener([&] {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!returned && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!returned) opened_by_deadline = true, tessel::testing::open_gate(gate);
+    });
+    copy();
+    returned = true;
+    CHECK_FALSE(opened_by_deadline);  // returned while device 1's stream was held
+    tessel::launch(iota_kernel, tessel::blocks_for(n, 128), 128, 0, tessel::current_stream(tessel::Device{0}).handle(), source, n,
+                   -7 * n);
+    tessel::testing::open_gate(gate);
+}
+
+void check_cross_device_copies_are_queued() {
+    REQUIRE(tessel::detail::device_gather.load() != nullptr);  // the strided case gathers on device 0
+    constexpr int rows = 301, cols = 333, n = rows * cols;
+    const auto host = tessel::testing::random_vector<int>(std::size_t(n), 11, -1000, 1000);
+    const auto on_zero = [&] {
+        return tessel::from_host<int>(std::span<const int>(host), tessel::Shape{rows, cols}, tessel::TensorOptions{.device = tessel::Device{0}});
+    };
+    const tessel::TensorOptions to_one{.device = tessel::Device{1}};
+    {
+        const auto x = on_zero();
+        tessel::Tensor<int> y;
+        check_cross_device_copy_is_queued(x.data(), n, [&] { y = x.to(to_one); });
+        CHECK(y.to_vector() == host);
+    }
+    {
+        const auto x = on_zero();
+        const auto y = tessel::full<int>({rows, cols}, -1, to_one);
+        check_cross_device_copy_is_queued(x.data(), n, [&] { y.copy_(x); });
+        CHECK(y.to_vector() == host);
+    }
+    {  // a transposed view, gathered on its own device first
+        const auto x = on_zero();
+        tessel::Tensor<int> y;
+        check_cross_device_copy_is_queued(x.data(), n, [&] { y = x.transpose(0, 1).to(to_one); });
+        std::vector<int> expected(static_cast<std::size_t>(n));
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < cols; ++c) expected[std::size_t(c) * rows + std::size_t(r)] = host[std::size_t(r) * cols + std::size_t(c)];
+        CHECK(y.shape() == tessel::Shape{cols, rows});
+        CHECK(y.to_vector() == expected);
+    }
+    for (int d = 0; d < tessel::device_count(); ++d) tessel::current_stream(tessel::Device{d}).synchronize();
+}
+}  // namespace
+
+TEST_CASE("a copy to another device returns once queued, before later writes to its source (simulated devices)", "[.multidevice]") {
+    check_cross_device_copies_are_queued();
+    tessel::memory::empty_cache();  // the other multidevice tests start from devices with nothing cached
+}
+
+TEST_CASE("a copy to another GPU returns once queued, before later writes to its source", "[runtime][peer]") {
+    if (tessel::device_count() < 2) return;  // one device: nothing between devices to test
+    check_cross_device_copies_are_queued();
 }
 
 // CUDA refuses a kernel launch into a stream of another device than the current one (copies and

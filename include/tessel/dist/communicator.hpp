@@ -36,6 +36,7 @@
 
 #include "../core/error.hpp"
 #include "../lib/nccl.hpp"
+#include "../core/env.hpp"
 #include "env.hpp"
 #include "store.hpp"
 #include "../stream/stream.hpp"
@@ -55,9 +56,10 @@ struct CommOptions {
     // where NCCL would hang or corrupt memory. Off by default; TESSEL_DIST_DEBUG=1 turns it on.
     bool debug_checks = env_flag("TESSEL_DIST_DEBUG");
 
+    // 0 or 1 (unset: 0), parsed strictly like every TESSEL_* variable.
     static bool env_flag(const char* name) {
         const char* v = std::getenv(name);
-        return v && *v && std::string(v) != "0";
+        return v && env::parse_integer(name, v, 0, 1) == 1;
     }
 };
 

@@ -138,17 +138,6 @@ public:
         note_stream_use(block, stream, stream_device);
     }
 
-private:
-    void note_stream_use(Block* block, rt::stream_t stream, int stream_device) {
-        require(block->allocated, "record_stream: the block at ", static_cast<void*>(block->ptr), " is not in use");
-        if (stream == block->stream && stream_device == device_) return;
-        const StreamUse use{stream, stream_device};
-        for (const StreamUse& u : block->stream_uses)
-            if (u == use) return;
-        block->stream_uses.push_back(use);
-    }
-
-public:
     // Returns every cached segment with no block in use to the runtime.
     void empty_cache() {
         std::lock_guard lk(m_);
@@ -204,6 +193,16 @@ public:
     }
 
 private:
+    // record_stream's bookkeeping, under m_: the stream joins the block's uses once.
+    void note_stream_use(Block* block, rt::stream_t stream, int stream_device) {
+        require(block->allocated, "record_stream: the block at ", static_cast<void*>(block->ptr), " is not in use");
+        if (stream == block->stream && stream_device == device_) return;
+        const StreamUse use{stream, stream_device};
+        for (const StreamUse& u : block->stream_uses)
+            if (u == use) return;
+        block->stream_uses.push_back(use);
+    }
+
     // An event recorded on a stream that used a freed block.
     struct Pending {
         rt::event_t event;

@@ -1,5 +1,5 @@
 // Sorting and scanning along the last axis (another axis is moved there first): sort (stable,
-// ascending or descending, with the permutation), argsort, sort_by_key, cumsum, cumprod, unique.
+// ascending or descending, with the permutation), argsort, cumsum, cumprod, unique.
 // On CUDA these are CUB's device algorithms (radix sort, scan, select) with temporary storage from
 // the caching allocator. On the sim they run the C++ library's stable_sort / inclusive_scan on the
 // host after synchronising the stream (Thrust's host system was the first choice, but its sequential

@@ -161,15 +161,11 @@ inline void host_wait_for_last_write(const Storage& s) {
     s.landed(w.count);
 }
 
-// Makes work queued on `stream` of `device` after this call wait for the last write tessel queued on
-// `s` (on another stream, or another device's): one event recorded on the writer's stream and waited
-// for on this one, no host wait. The default stream is nullptr on every device, so streams are told
-// apart by handle and device. The event is one per device and host thread, reused: a wait takes the
-// event's state at the call. Host memory (pinned) written by a queued copy is waited for on the host.
-inline void order_after_last_write(const Storage& s, rt::stream_t stream, Device device) {
-    const Storage::LastWrite w = s.last_write();
-    if (!w.queued || (w.stream == stream && w.device == device)) return;
-    if (is_plain_host(s.space())) return host_wait_for_last_write(s);  // read by the host or a copy
+// Makes work queued on `stream` of `device` after this call wait for everything queued so far on
+// `after` of `after_device`: one event recorded there and waited for here, no host wait. The event
+// is one per device and host thread, reused: a wait takes the event's state at the call.
+inline void stream_wait_for(rt::stream_t stream, Device device, rt::stream_t after, Device after_device) {
+    if (stream == after && device == after_device) return;
     struct Events {  // destroyed with the thread, so no event outlives its thread's use
         std::vector<rt::event_t> per_device;
         ~Events() {
@@ -178,15 +174,26 @@ inline void order_after_last_write(const Storage& s, rt::stream_t stream, Device
         }
     };
     static thread_local Events events;
-    const auto d = std::size_t(w.device.index);
+    const auto d = std::size_t(after_device.index);
     if (events.per_device.size() <= d) events.per_device.resize(d + 1, nullptr);
     {
-        DeviceGuard g(w.device);  // an event is recorded on its own device's stream
+        DeviceGuard g(after_device);  // an event is recorded on its own device's stream
         if (!events.per_device[d]) events.per_device[d] = rt::event_create(false);
-        rt::event_record(events.per_device[d], w.stream);
+        rt::event_record(events.per_device[d], after);
     }
     DeviceGuard g(device);  // a null `stream` is this device's default stream
     rt::stream_wait_event(stream, events.per_device[d]);
+}
+
+// Makes work queued on `stream` of `device` after this call wait for the last write tessel queued on
+// `s` (on another stream, or another device's), through stream_wait_for. The default stream is
+// nullptr on every device, so streams are told apart by handle and device. Host memory (pinned)
+// written by a queued copy is waited for on the host.
+inline void order_after_last_write(const Storage& s, rt::stream_t stream, Device device) {
+    const Storage::LastWrite w = s.last_write();
+    if (!w.queued || (w.stream == stream && w.device == device)) return;
+    if (is_plain_host(s.space())) return host_wait_for_last_write(s);  // read by the host or a copy
+    stream_wait_for(stream, device, w.stream, w.device);
 }
 }  // namespace detail
 

@@ -421,24 +421,14 @@ void for_each_offset(const Layout& l, F&& f) {
     }
 }
 
-// Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst`.
-// Contiguous sources are one copy; strided device views on the stream's device are gathered by the
-// device_gather kernel when it is registered; others are gathered on the host from a copy of the
-// memory their layout spans.
+// copy_to_contiguous (below) once the copy's ordering is settled: one copy for contiguous sources,
+// the device_gather kernel for strided device views on the stream's device, otherwise a gather on
+// the host from a copy of the memory the source's layout spans.
 template <Element T>
-void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
-                        bool non_blocking) {
+void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
+                            bool non_blocking) {
     const std::int64_t n = src.numel();
-    if (n == 0) return;
-    const MemorySpace dst_space = dst.space();
-    const bool src_host = is_plain_host(src.space()), dst_host = is_plain_host(dst_space);
-    // Within one device, the copy is ordered on the stream as a kernel is, and the host reads neither
-    // side directly: it returns once queued whatever `non_blocking` says, as torch's device copies
-    // (clone(), contiguous()). Host, pinned and managed sides follow `non_blocking`, and so do copies
-    // between devices: later writes to the source on its own device's stream would not wait for
-    // the copy's read (torch makes that stream wait; tessel completes the copy).
-    non_blocking = non_blocking || (src.space() == MemorySpace::device && dst_space == MemorySpace::device &&
-                                     src.device() == stream_device && dst.device() == stream_device);
+    const bool src_host = is_plain_host(src.space()), dst_host = is_plain_host(dst.space());
     if (src.is_contiguous()) {
         if (src_host && dst_host) {
             std::memcpy(dst_data, src.data(), std::size_t(n) * sizeof(T));
@@ -475,6 +465,29 @@ void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, r
         rt::memcpy_async(dst_data, gathered.data(), gathered.n * sizeof(T), stream);
         rt::stream_synchronize(stream);
     }
+}
+
+// Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst`, on
+// `stream` of `stream_device`. Between device memory it returns once queued whatever `non_blocking`
+// says, as torch's device copies do (clone(), contiguous(), to(another device)): it is ordered on
+// its stream as a kernel is, and a copy across devices also runs after the work queued so far on
+// the other device's current stream and before the work queued there later (torch's two-way
+// ordering), so a later write to the source on its device needs no event. A strided source on
+// another device is gathered there first (queued). Host, pinned and managed sides follow `non_blocking`.
+template <Element T>
+void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
+                        bool non_blocking) {
+    if (src.numel() == 0) return;
+    const bool device_sides = src.space() == MemorySpace::device && dst.space() == MemorySpace::device;
+    if (!device_sides) return copy_to_contiguous_now(src, dst_data, dst, stream, stream_device, non_blocking);
+    if (!src.is_contiguous() && src.device() != stream_device && device_gather.load())
+        return copy_to_contiguous(src.contiguous(), dst_data, dst, stream, stream_device, true);
+    std::vector<Device> others;  // the devices other than the stream's that the copy touches
+    for (Device d : {src.device(), dst.device()})
+        if (d != stream_device && std::find(others.begin(), others.end(), d) == others.end()) others.push_back(d);
+    for (Device d : others) stream_wait_for(stream, stream_device, current_stream_handle(d), d);
+    copy_to_contiguous_now(src, dst_data, dst, stream, stream_device, /*non_blocking=*/true);
+    for (Device d : others) stream_wait_for(current_stream_handle(d), d, stream, stream_device);
 }
 }  // namespace detail
 

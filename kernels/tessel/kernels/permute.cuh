@@ -41,7 +41,8 @@ struct PermuteTiles {
 // c: along j); each row's chunks are permuted by XOR with a key from the row (a swizzle, not
 // padding, so that chunks stay aligned for vector access). Then the element-wise stores of the
 // input's chunks down a column and the chunk loads along a row both reach distinct banks:
-// tests/kernels/test_permute_tiles.cpp counts the bank conflicts of every instantiation.
+// tests/ops/test_permute.cu ("the tiled transpose's shared memory has no bank conflicts") counts
+// them for every instantiation.
 template <int ElementBytes, int Tile, int V>
 struct TileMap {
     static constexpr int threads = 256;
