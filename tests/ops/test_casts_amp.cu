@@ -616,11 +616,11 @@ TEST_CASE("DynamicLossScaler sees an overflow unscaled on another stream than th
     const auto clean = from_host<float>({1.f, 2.f}, {2}, {.stream = b.handle()});
     a.synchronize();
     b.synchronize();
-    const auto gate = testing::make_gate();
-    launch(testing::wait_for_gate<>, 1, 1, 0, a, gate.data());
+    const testing::Gate gate;
+    gate.hold(a);
     scaler.unscale({overflowing}, a.handle());  // runs once the gate opens
     scaler.unscale({clean}, b.handle());
-    std::jthread opener = testing::open_gate_later(gate);
+    std::jthread opener = gate.open_later();
     const bool found = scaler.found_nonfinite();
     opener.join();
     CHECK(found);

@@ -21,8 +21,7 @@ using I64 = std::int64_t;
 
 Tensor<float> dev(const Shape& s) { return zeros<float>(s); }
 Tensor<float> host(const Shape& s) { return zeros<float>(s, {.space = MemorySpace::host}); }
-using tessel::testing::open_gate_later;  // a kernel holding a stream until the host opens its gate
-using tessel::testing::wait_for_gate;
+using tessel::testing::Gate;  // a kernel holding a stream until the host opens the gate
 void synchronize_device(Device d) {
     DeviceGuard g(d);
     rt::device_synchronize();
@@ -419,14 +418,14 @@ DEFINED("streams", "item() after a write on another stream waits for it") {
     // A kernel holds stream s until the host opens a gate; the write queued behind it must land
     // before item() and to_vector() read, though they read on the current (default) stream.
     const Stream s = Stream::create();
-    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed});
+    const Gate gate;
     const auto x = full<float>({1}, -1.f), z = full<float>({3}, -1.f);
     const auto y = full<float>({64}, 3.f);
     rt::device_synchronize();
-    launch(wait_for_gate<>, 1, 1, 0, s, gate.data());
+    gate.hold(s);
     (x = y.slice(0, 0, 1) * 2).run(s);
     (z = y.slice(0, 0, 3) + 1).run(s);
-    std::jthread opener = open_gate_later(gate);
+    std::jthread opener = gate.open_later();
     const float v = x.item();
     const auto w = z.to_vector();
     opener.join();
@@ -437,15 +436,15 @@ DEFINED("streams", "a pinned tensor read after an asynchronous copy_ into it see
     // copy_ from the device into pinned memory returns once queued; item() and to_vector() on the
     // pinned tensor must wait for it (here it sits behind a gated kernel).
     const Stream s = Stream::create();
-    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed});
+    const Gate gate;
     const auto d = full<float>({3}, -1.f), y = full<float>({3}, 3.f);
     const auto p = full<float>({3}, -1.f, {.space = MemorySpace::pinned}), q = full<float>({1}, -1.f, {.space = MemorySpace::pinned});
     rt::device_synchronize();
-    launch(wait_for_gate<>, 1, 1, 0, s, gate.data());
+    gate.hold(s);
     (d = y + 1).run(s);
     p.copy_(d);
     q.copy_(d.slice(0, 0, 1));
-    std::jthread opener = open_gate_later(gate);
+    std::jthread opener = gate.open_later();
     const float v = q.item();
     const auto w = p.to_vector();
     opener.join();
@@ -525,15 +524,15 @@ TESSEL_WRONG_STREAM_CASE("clone", (void)x.clone(s0.handle()))
 // on device 1's (gated, so a read that does not wait sees the old value).
 BAD_ENV("devices", "to() onto device 0 waits for a write on device 1's default stream", Expect::defined, "",
         {{"TESSEL_SIM_DEVICES", "2"}}) {
-    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed, .device = Device{1}});
+    const Gate gate(Device{1});
     const auto x = full<float>({4}, -1.f, {.device = Device{1}}), y = full<float>({4}, 3.f, {.device = Device{1}});
     synchronize_device(Device{1});  // the fills above ran on device 1's default stream
     {
         DeviceGuard g(Device{1});
-        launch(wait_for_gate<>, 1, 1, 0, nullptr, gate.data());
+        gate.hold(nullptr);
         (x = y * 2).run();  // device 1's default stream, behind the gate
     }
-    std::jthread opener = open_gate_later(gate);
+    std::jthread opener = gate.open_later();
     const auto on0 = x.to({.device = Device{0}});  // current device 0: its default stream
     const auto v = on0.to_vector();
     opener.join();
@@ -541,18 +540,15 @@ BAD_ENV("devices", "to() onto device 0 waits for a write on device 1's default s
 };
 BAD_ENV("devices", "item() of a device-1 tensor from device 0 reads after its write", Expect::defined, "",
         {{"TESSEL_SIM_DEVICES", "2"}}) {
-    const auto gate = zeros<I32>({1}, {.space = MemorySpace::managed, .device = Device{1}});
+    const Gate gate(Device{1});
     const auto x = full<float>({1}, -1.f, {.device = Device{1}}), y = full<float>({1}, 3.f, {.device = Device{1}});
     // The fills ran on device 1's default stream; `s` is non-blocking and its kernel reads y, so
     // (as in CUDA) they must have landed first. Found by TSan's slower schedule: x read NaN.
     synchronize_device(Device{1});
     const Stream s = Stream::create({}, Device{1});
-    {
-        DeviceGuard g(Device{1});
-        launch(wait_for_gate<>, 1, 1, 0, s, gate.data());
-    }
+    gate.hold(s);
     (x = y * 2).run(s);
-    std::jthread opener = open_gate_later(gate);
+    std::jthread opener = gate.open_later();
     const float v = x.item();  // current device 0
     opener.join();
     expect(v == 6.f, "item() read " + std::to_string(v) + " before the write on device 1's stream");

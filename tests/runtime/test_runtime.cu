@@ -222,25 +222,21 @@ namespace {
 // not a hang) and must read the source before device 0's write (without torch's two-way ordering
 // the write runs first and the copy reads it).
 template <class Copy>
-void check_cross_device_copy_is_queued(int* source, int n, Copy&& copy) {
-    const auto gate = tessel::testing::make_gate(tessel::Device{1});
+void check_copy_returns_before_source_writes(int* source, int n, Copy&& copy) {
+    const tessel::testing::Gate gate(tessel::Device{1});
+    gate.hold(tessel::current_stream(tessel::Device{1}).handle());
     std::atomic<bool> returned{false}, opened_by_deadline{false};
-    {
-        tessel::DeviceGuard g(tessel::Device{1});
-        tessel::launch(tessel::testing::wait_for_gate<>, 1, 1, 0, tessel::current_stream(tessel::Device{1}).handle(), gate.data());
-    }
     std::jthread opener([&] {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         while (!returned && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (!returned) opened_by_deadline = true, tessel::testing::open_gate(gate);
+        if (!returned) opened_by_deadline = true, gate.open();
     });
     copy();
     returned = true;
     CHECK_FALSE(opened_by_deadline);  // returned while device 1's stream was held
     tessel::launch(iota_kernel, tessel::blocks_for(n, 128), 128, 0, tessel::current_stream(tessel::Device{0}).handle(), source, n,
                    -7 * n);
-    tessel::testing::open_gate(gate);
-}
+}  // the gate opens as it goes
 
 void check_cross_device_copies_are_queued() {
     REQUIRE(tessel::detail::device_gather.load() != nullptr);  // the strided case gathers on device 0
@@ -253,23 +249,38 @@ void check_cross_device_copies_are_queued() {
     {
         const auto x = on_zero();
         tessel::Tensor<int> y;
-        check_cross_device_copy_is_queued(x.data(), n, [&] { y = x.to(to_one); });
+        check_copy_returns_before_source_writes(x.data(), n, [&] { y = x.to(to_one); });
         CHECK(y.to_vector() == host);
     }
     {
         const auto x = on_zero();
         const auto y = tessel::full<int>({rows, cols}, -1, to_one);
-        check_cross_device_copy_is_queued(x.data(), n, [&] { y.copy_(x); });
+        check_copy_returns_before_source_writes(x.data(), n, [&] { y.copy_(x); });
         CHECK(y.to_vector() == host);
     }
     {  // a transposed view, gathered on its own device first
         const auto x = on_zero();
         tessel::Tensor<int> y;
-        check_cross_device_copy_is_queued(x.data(), n, [&] { y = x.transpose(0, 1).to(to_one); });
+        check_copy_returns_before_source_writes(x.data(), n, [&] { y = x.transpose(0, 1).to(to_one); });
         std::vector<int> expected(static_cast<std::size_t>(n));
         for (int r = 0; r < rows; ++r)
             for (int c = 0; c < cols; ++c) expected[std::size_t(c) * rows + std::size_t(r)] = host[std::size_t(r) * cols + std::size_t(c)];
         CHECK(y.shape() == tessel::Shape{cols, rows});
+        CHECK(y.to_vector() == expected);
+    }
+    {  // the copy waits for a write queued on the source device's current stream (not one tessel tracks)
+        const auto x = on_zero();
+        tessel::Tensor<int> y;
+        {
+            const tessel::testing::Gate gate(tessel::Device{0});
+            gate.hold(tessel::current_stream(tessel::Device{0}).handle());
+            tessel::DeviceGuard g(tessel::Device{0});
+            tessel::launch(iota_kernel, tessel::blocks_for(n, 128), 128, 0, tessel::current_stream(tessel::Device{0}).handle(), x.data(), n,
+                           5 * n);
+            y = x.to(to_one);  // returns at once: the wait is the stream's
+        }  // the gate opens
+        std::vector<int> expected(static_cast<std::size_t>(n));
+        std::iota(expected.begin(), expected.end(), 5 * n);
         CHECK(y.to_vector() == expected);
     }
     for (int d = 0; d < tessel::device_count(); ++d) tessel::current_stream(tessel::Device{d}).synchronize();

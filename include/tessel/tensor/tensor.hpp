@@ -470,23 +470,26 @@ void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& ds
 // Copies `src` (any layout, any space) into contiguous `dst_data` of numel elements in `dst`, on
 // `stream` of `stream_device`. Between device memory it returns once queued whatever `non_blocking`
 // says, as torch's device copies do (clone(), contiguous(), to(another device)): it is ordered on
-// its stream as a kernel is, and a copy across devices also runs after the work queued so far on
-// the other device's current stream and before the work queued there later (torch's two-way
-// ordering), so a later write to the source on its device needs no event. A strided source on
-// another device is gathered there first (queued). Host, pinned and managed sides follow `non_blocking`.
+// its stream as a kernel is. A copy that touches another device's memory (device or managed; a
+// pinned or host side of a copy from another device too) also runs after the work queued so far on
+// that device's current stream and before the work queued there later (torch's two-way ordering,
+// though torch queues the copy on the source's device), so a later write to the source on its
+// device's current stream needs no event. A strided device source on another device is gathered
+// there first (queued). Host, pinned and managed sides follow `non_blocking`.
 template <Element T>
 void copy_to_contiguous(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
                         bool non_blocking) {
     if (src.numel() == 0) return;
     const bool device_sides = src.space() == MemorySpace::device && dst.space() == MemorySpace::device;
-    if (!device_sides) return copy_to_contiguous_now(src, dst_data, dst, stream, stream_device, non_blocking);
-    if (!src.is_contiguous() && src.device() != stream_device && device_gather.load())
+    if (device_sides && !src.is_contiguous() && src.device() != stream_device && device_gather.load())
         return copy_to_contiguous(src.contiguous(), dst_data, dst, stream, stream_device, true);
-    std::vector<Device> others;  // the devices other than the stream's that the copy touches
-    for (Device d : {src.device(), dst.device()})
-        if (d != stream_device && std::find(others.begin(), others.end(), d) == others.end()) others.push_back(d);
+    std::vector<Device> others;  // the devices other than the stream's whose memory the copy touches
+    for (const Storage* side : std::array<const Storage*, 2>{src.storage().get(), &dst})
+        if (!is_plain_host(side->space()) && side->device() != stream_device &&
+            std::find(others.begin(), others.end(), side->device()) == others.end())
+            others.push_back(side->device());
     for (Device d : others) stream_wait_for(stream, stream_device, current_stream_handle(d), d);
-    copy_to_contiguous_now(src, dst_data, dst, stream, stream_device, /*non_blocking=*/true);
+    copy_to_contiguous_now(src, dst_data, dst, stream, stream_device, non_blocking || device_sides);
     for (Device d : others) stream_wait_for(current_stream_handle(d), d, stream, stream_device);
 }
 }  // namespace detail
