@@ -268,8 +268,12 @@ void check_cross_device_copies_are_queued() {
         CHECK(y.shape() == tessel::Shape{cols, rows});
         CHECK(y.to_vector() == expected);
     }
-    {  // the copy waits for a write queued on the source device's current stream (not one tessel tracks)
-        const auto x = on_zero();
+    {  // the copy waits for a write queued on the source device's current stream, not one tessel
+       // tracks: the source's last tracked write is on another stream of its device
+        const tessel::Stream s0 = tessel::Stream::create({}, tessel::Device{0});
+        const auto x = tessel::from_host<int>(std::span<const int>(host), tessel::Shape{rows, cols},
+                                              tessel::TensorOptions{.device = tessel::Device{0}, .stream = s0.handle()});
+        s0.synchronize();
         tessel::Tensor<int> y;
         {
             const tessel::testing::Gate gate(tessel::Device{0});
