@@ -12,6 +12,7 @@
 #include <chrono>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -352,24 +353,46 @@ TEST_CASE("set_memory_fraction caps reservations with an OutOfMemoryError that s
 TEST_CASE("host threads allocate and free concurrently", "[memory][threads]") {
     auto a = fresh();
     std::vector<std::thread> threads;
-    std::atomic<int> errors{0};
+    std::atomic<int> errors{0}, overlaps{0};
+    // Every live block's bytes [start, end): a block handed out while another thread holds any of
+    // its bytes is an overlap. A block leaves the set before it is freed, so its reuse is no overlap.
+    std::mutex live_m;
+    std::map<std::uintptr_t, std::uintptr_t> live;
+    const auto take = [&](std::size_t bytes) {
+        mem::Block* b = a->malloc(bytes, nullptr);
+        const auto start = reinterpret_cast<std::uintptr_t>(b->ptr), end = start + bytes;
+        std::lock_guard lk(live_m);
+        const auto next = live.lower_bound(start);
+        if (next != live.end() && next->first < end) ++overlaps;
+        if (next != live.begin() && std::prev(next)->second > start) ++overlaps;
+        live.emplace(start, end);
+        return b;
+    };
+    const auto give = [&](mem::Block* b) {
+        {
+            std::lock_guard lk(live_m);
+            live.erase(reinterpret_cast<std::uintptr_t>(b->ptr));
+        }
+        a->free(b);
+    };
     for (int t = 0; t < 4; ++t)
         threads.emplace_back([&, t] {
             std::mt19937 rng{unsigned(t)};
             std::vector<mem::Block*> mine;
             for (int i = 0; i < 500; ++i) {
                 if (mine.empty() || rng() % 2) {
-                    mine.push_back(a->malloc(1 + rng() % (3 * MiB), nullptr));
+                    mine.push_back(take(1 + rng() % (3 * MiB)));
                 } else {
-                    a->free(mine.back());
+                    give(mine.back());
                     mine.pop_back();
                 }
             }
-            for (auto* b : mine) a->free(b);
+            for (auto* b : mine) give(b);
             if (a->stats().allocation[0].current < 0) ++errors;
         });
     for (auto& th : threads) th.join();
     CHECK(errors == 0);
+    CHECK(overlaps == 0);
     CHECK(a->stats().allocation[0].current == 0);
     CHECK(a->stats().allocated_bytes[0].current == 0);
     a->empty_cache();

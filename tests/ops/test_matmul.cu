@@ -478,10 +478,30 @@ TEST_CASE("matmul's autotune times the candidates on a problem's first call and 
 TEST_CASE("a 16-bit product on cuBLASLt may not reduce split-K parts in its output type", "[ops][matmul]") {
     // cuBLASLt's default mask allows INPLACE and OUTPUT_TYPE, which add split-K parts up in bf16:
     // tessel allows only COMPUTE_TYPE (fp32), so the result is rounded once, as on the other paths.
-    const auto a = tessel::full<__nv_bfloat16>({5, 64}, __float2bfloat16(1.f)), b = tessel::full<__nv_bfloat16>({64, 7}, __float2bfloat16(1.f));
+    // Integers of [-8, 8] over K = 4096 sum exactly in fp32 (|sum| <= 2^18) to values of ~11 bits,
+    // so every element must be the exact sum rounded once to bf16; parts of a split rounded to bf16
+    // first would differ in the last bits of many.
+    constexpr int m = 5, k = 4096, n = 7;
+    const auto ra = tessel::testing::random_vector<double>(std::size_t(m) * k, 31, -8, 9), rb = tessel::testing::random_vector<double>(std::size_t(k) * n, 32, -8, 9);
+    std::vector<__nv_bfloat16> ha(ra.size()), hb(rb.size());
+    for (std::size_t i = 0; i < ra.size(); ++i) ha[i] = __float2bfloat16(float(std::floor(ra[i])));
+    for (std::size_t i = 0; i < rb.size(); ++i) hb[i] = __float2bfloat16(float(std::floor(rb[i])));
+    const auto a = tessel::from_host<__nv_bfloat16>(std::span<const __nv_bfloat16>(ha), Shape{m, k});
+    const auto b = tessel::from_host<__nv_bfloat16>(std::span<const __nv_bfloat16>(hb), Shape{k, n});
+    tessel::testing::poison_next<__nv_bfloat16>({m, n});
     const auto c = tessel::matmul(a, b, tessel::MatmulOptions{.policy = tessel::MatmulPolicy::library});
     REQUIRE(std::string(tessel::last_matmul_choice().implementation).starts_with("cublasLt"));
-    CHECK(float(c.to_vector()[0]) == 64.f);
+    const auto got = c.to_vector();
+    std::size_t wrong = 0;
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+            double exact = 0;
+            for (int q = 0; q < k; ++q)
+                exact += double(__bfloat162float(ha[std::size_t(i) * k + q])) * double(__bfloat162float(hb[std::size_t(q) * n + j]));
+            const float want = __bfloat162float(__float2bfloat16(float(exact)));  // exact in float, then rounded once
+            wrong += __bfloat162float(got[std::size_t(i) * n + j]) != want;
+        }
+    CHECK(wrong == 0);
 #if defined(TESSEL_BACKEND_SIM)
     CHECK(tessel::sim::cublaslt::reduction_scheme_mask(tessel::cublaslt::handle(tessel::Device{0})) == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
 #endif

@@ -1,7 +1,7 @@
 // Reductions against double-precision host loops: every operation, full and per-axis, keepdim,
 // strided input views, odd sizes (1, 2, 31, 33, 1000003) that exercise the warp, block, vector,
 // column and split paths, empty dims, error messages, bitwise reproducibility. The block each output will take
-// from the cache is poisoned (0xFF) just before each reduction, so an unwritten element fails.
+// from the cache is poisoned just before each reduction, so an unwritten element fails.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -93,7 +93,9 @@ void check_reduction(const std::string& what, const Input<T>& x, std::vector<int
                      Tol&& tol) {
     const Plan p = plan_for(x.dev.shape(), axes, keepdim);
     using Out = typename decltype(run(x.dev, Axes(axes), keepdim))::value_type;
-    poison_next<Out>(p.out_shape);
+    // 0x5A bytes: a finite value far from every result here in each type wider than a byte (so an
+    // output that should be NaN, as var of one element, shows unwritten too); 0xFF (NaN) for fp8.
+    poison_next<Out>(p.out_shape, sizeof(Out) == 1 ? 0xFF : 0x5A);
     const auto got_t = run(x.dev, Axes(axes), keepdim);
     REQUIRE(got_t.shape() == p.out_shape);
     const auto got = values_of(got_t);
@@ -161,24 +163,35 @@ const std::vector<Case> cases = {
 TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][reduce][slow_under_tsan]", float, double, __nv_bfloat16) {
     using T = TestType;
     // Accumulation in float (double for double): the error of n additions is at most about
-    // n_eff * eps * sum|x|, n_eff ~ 100 for these trees; a bf16 result adds one rounding (2^-8).
+    // n_eff * eps * sum|x|, n_eff ~ 100 for these trees (200 for a factor 2 of margin); a bf16
+    // result adds one rounding of itself (2^-9 of |result|, 2^-8 here). Variances: the merged
+    // moments carry n_eff * eps relative to the second moment mean(x^2) (x20 for the merges' extra
+    // operations), so a wrong correction (n for n - 1, a change of 1/n) fails wherever 1/n is above
+    // the bound: rows of up to ~250 values in bf16 (2^-8), ~4000 in float. The test after this one
+    // checks sums exactly.
     const double eps = std::is_same_v<T, double> ? 1e-16 : 6e-8;
     const double out_rel = std::is_same_v<T, __nv_bfloat16> ? 1.0 / 256 : 0;
+    const auto second_moment = [](const std::vector<double>& v) {
+        long double s = 0;
+        for (double y : v) s += (long double)y * y;
+        return double(s / (long double)v.size());
+    };
     for (const Case& c : cases) {
         auto x = random_input<T>(c.shape, std::uint64_t(c.shape.size() * 1000 + c.shape[0]));
-        auto tol = [&](double mag) { return 200 * eps * mag + out_rel * mag + 1e-30; };
+        // Accumulation over magnitude `acc`, then one rounding of a result of magnitude `result`.
+        auto tol = [&](double acc, double result) { return 200 * eps * acc + out_rel * std::fabs(result) + 1e-30; };
         check_reduction("sum", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of,
-                        [&](const auto& v) { return tol(abs_sum(v)); });
+                        [&](const auto& v) { return tol(abs_sum(v), sum_of(v)); });
         check_reduction("mean", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return mean(t, a, k); },
                         [](const auto& v) { return sum_of(v) / double(v.size()); },
-                        [&](const auto& v) { return tol(abs_sum(v) / double(v.size())); });
+                        [&](const auto& v) { return tol(abs_sum(v) / double(v.size()), sum_of(v) / double(v.size())); });
         check_reduction("norm l1", x, c.axes, c.keepdim,
                         [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::l1, a, k); }, abs_sum,
-                        [&](const auto& v) { return tol(abs_sum(v)); });
+                        [&](const auto& v) { return tol(abs_sum(v), abs_sum(v)); });
         check_reduction("norm l2", x, c.axes, c.keepdim,
                         [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::l2, a, k); },
                         l2_of,
-                        [&](const auto& v) { return tol(std::sqrt(abs_sum(v) * abs_sum(v))); });
+                        [&](const auto& v) { return tol(l2_of(v), l2_of(v)); });  // squares add with no cancellation
         check_reduction("norm inf", x, c.axes, c.keepdim,
                         [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::inf, a, k); },
                         [](const auto& v) {
@@ -188,11 +201,38 @@ TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][re
                         },
                         [](const auto&) { return 0.0; });
         check_reduction("var", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return var(t, a, 1, k); },
-                        [](const auto& v) { return variance(v, 1); }, [&](const auto& v) { return tol(variance(v, 0) * 20) + 1e-12; });
+                        [](const auto& v) { return variance(v, 1); },
+                        [&](const auto& v) { return tol(20 * second_moment(v), variance(v, 1)) + 1e-12; });
         check_reduction("stddev (population)", x, c.axes, c.keepdim,
                         [](const auto& t, const Axes& a, bool k) { return stddev(t, a, 0, k); },
                         [](const auto& v) { return std::sqrt(variance(v, 0)); },
-                        [&](const auto& v) { return tol(std::sqrt(variance(v, 0)) * 20) + 1e-12; });
+                        [&](const auto& v) { return tol(20 * std::sqrt(second_moment(v)), std::sqrt(variance(v, 0))) + 1e-12; });
+    }
+}
+
+// Multiples of 1/16 in [-1, 1]: every partial sum of up to 2^20 of them is exact in float, so a
+// sum in any order must equal the reference exactly, and an element dropped or added twice shows
+// (the tolerances above are wider than one element for the largest sums).
+template <class T>
+Input<T> exactly_summable(const Shape& s, std::uint64_t seed) {
+    const auto r = testing::random_vector<double>(std::size_t(Layout::contiguous(s).numel()), seed, -16, 17);
+    std::vector<T> v(r.size());
+    for (std::size_t i = 0; i < r.size(); ++i) v[i] = T(std::floor(r[i]) / 16);
+    return {from_host<T>(std::span<const T>(v), s), from_host<T>(std::span<const T>(v), s, {.space = MemorySpace::host})};
+}
+
+TEMPLATE_TEST_CASE("sums of multiples of 1/16 are exact on every path", "[ops][reduce][slow_under_tsan]", float, double) {
+    using T = TestType;
+    for (const Case& c : cases) {
+        const Plan p = plan_for(c.shape, c.axes, false);
+        std::int64_t reduced = 1;  // values per output: every partial sum stays within 2^20
+        for (int d = 0; d < c.shape.size(); ++d) reduced *= p.reduced[std::size_t(d)] ? c.shape[d] : 1;
+        REQUIRE(reduced <= (1 << 20));
+        const auto x = exactly_summable<T>(c.shape, std::uint64_t(c.shape.size() * 77 + c.shape[0]));
+        const auto exact = [](const auto&) { return 0.0; };
+        check_reduction("sum", x, c.axes, c.keepdim, [](const auto& t, const Axes& a, bool k) { return sum(t, a, k); }, sum_of, exact);
+        check_reduction("norm l1", x, c.axes, c.keepdim,
+                        [](const auto& t, const Axes& a, bool k) { return norm(t, ops::NormOrder::l1, a, k); }, abs_sum, exact);
     }
 }
 
@@ -324,6 +364,7 @@ TEST_CASE("integer and bool sums widen to int64; Welford var survives a large me
 TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[ops][reduce]") {
     auto e = empty<float>({4, 0});
     CHECK(sum(e, {1}).to_vector() == std::vector<float>(4, 0.f));
+    poison_next<float>({4}, 0x5A);  // finite: the NaN must be written
     for (float m : mean(e, {1}).to_vector()) CHECK(std::isnan(m));
     CHECK(prod(e, {1}).to_vector() == std::vector<float>(4, 1.f));
     CHECK_THROWS_WITH(amax(e, {1}), Catch::Contains("amax") && Catch::Contains("empty"));
@@ -341,6 +382,7 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     // the values are all equal (0 / 0).
     CHECK(std::isinf(var(from_host<float>({1.f, 2.f}, {2}), {}, 2).item()));
     CHECK(std::isinf(var(from_host<float>({1.f, 2.f}, {2}), {}, 5).item()));
+    poison_next<float>({}, 0x5A);
     CHECK(std::isnan(var(from_host<float>({4.f, 4.f}, {2}), {}, 2).item()));
     CHECK(var(from_host<float>({1.f, 2.f}, {2}), {}, 1).item() == 0.5f);
     CHECK_THROWS_WITH(sum(x.host), Catch::Contains("host memory"));
@@ -382,13 +424,17 @@ TEMPLATE_TEST_CASE("var and std of values holding an infinity are NaN whatever t
         v[at] = (n % 2 != 0) ? -inf : inf;
         INFO("n = " << n << ", infinity at " << at);
         const auto x = from_host<T>(std::span<const T>(v), Shape{n});
+        poison_next<T>({}, 0x5A);  // the NaN must be written: the poison is finite
         CHECK(std::isnan(double(var(x).item())));
+        poison_next<T>({}, 0x5A);
         CHECK(std::isnan(double(stddev(x, {}, 0).item())));
         // Rows of a [3, n] matrix, only the middle one holding the infinity (a row of finite values keeps its variance).
         std::vector<T> rows(std::size_t(3 * n), T(1));
         rows[std::size_t(n) + at] = inf;
         rows[std::size_t(2 * n)] = T(3);  // the last row: one 3 among 1s, variance 4 / n
-        const auto per_row = var(from_host<T>(std::span<const T>(rows), Shape{3, n}), {1}).to_vector();
+        const auto rows_dev = from_host<T>(std::span<const T>(rows), Shape{3, n});
+        poison_next<T>({3}, 0x5A);
+        const auto per_row = var(rows_dev, {1}).to_vector();
         CHECK(per_row[0] == T(0));
         CHECK(std::isnan(double(per_row[1])));
         CHECK(std::fabs(double(per_row[2]) - 4.0 / double(n)) <= 1e-5 * 4.0 / double(n));

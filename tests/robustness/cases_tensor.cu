@@ -266,9 +266,16 @@ void check_copy(MemorySpace src_space, bool strided_src, MemorySpace dst_space, 
     const Stream s = Stream::create();
     dst.copy_(src, s);
     s.synchronize();
-    const auto got = dst.contiguous().to_vector(), want = src.contiguous().to_vector();
-    for (std::size_t i = 0; i < want.size(); ++i)
-        expect(got[i] == want[i], "element " + std::to_string(i) + ": " + std::to_string(got[i]) + " != " + std::to_string(want[i]));
+    // By index arithmetic, not through tessel's gathers: dst[i][j] must be src[i][j], which is
+    // base[j][i] = 5 j + i + 0.5 transposed, else element 7 i + j of the iota.
+    const auto storage = dst_storage.to_vector();
+    for (std::size_t i = 0; i < 5; ++i)
+        for (std::size_t j = 0; j < 7; ++j) {
+            const float want = float(strided_src ? 5 * j + i : 7 * i + j) + 0.5f;
+            const float got = storage[strided_dst ? 5 * j + i : 7 * i + j];
+            expect(got == want, "element [" + std::to_string(i) + ", " + std::to_string(j) + "]: " + std::to_string(got) +
+                                    " != " + std::to_string(want));
+        }
 }
 }  // namespace
 DEFINED("copies", "copy_ device <- strided device") { check_copy(MemorySpace::device, true, MemorySpace::device, false); };

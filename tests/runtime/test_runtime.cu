@@ -112,13 +112,18 @@ TEST_CASE("streams order work; events time it and order other streams", "[runtim
     auto s1 = tessel::rt::stream_create(false, 0);
     auto s2 = tessel::rt::stream_create(true, -1);
     auto start = tessel::rt::event_create(), stop = tessel::rt::event_create(), ready = tessel::rt::event_create(false);
+    const tessel::testing::Gate gate;  // holds s1 until s2's copy is queued: without the wait it copies the poison
     tessel::rt::event_record(start, s1);
+    gate.hold(s1);
     tessel::launch(iota_kernel, tessel::blocks_for(n, 128), 128, 0, s1, x.data(), n, 10);
     tessel::rt::event_record(ready, s1);
     tessel::rt::event_record(stop, s1);
     tessel::rt::stream_wait_event(s2, ready);
     tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), s2);
-    tessel::rt::stream_synchronize(s2);
+    {
+        const std::jthread opener = gate.open_later();
+        tessel::rt::stream_synchronize(s2);
+    }
     std::vector<int> want(n);
     std::iota(want.begin(), want.end(), 10);
     tessel::testing::check_equal(y.download(), want, "copy ordered after iota by an event");

@@ -6,6 +6,7 @@
 #include <tessel/runtime/launch.hpp>
 
 #include "../support/device_array.hpp"
+#include "../support/gate.hpp"
 #include "../support/slow_kernels.hpp"
 
 #if defined(TESSEL_BACKEND_SIM)
@@ -361,11 +362,16 @@ TEST_CASE("stream_wait_event orders work across streams", "[sim][stream]") {
     x.poison();
     auto a = tessel::rt::stream_create(true), b = tessel::rt::stream_create(true);
     auto e = tessel::rt::event_create();
-    tessel::launch(tessel::testing::slow_fill<int>, 4, 256, 0, a, x.data(), n, 42, 200);
+    const tessel::testing::Gate gate;  // holds a until b's copy is queued: without the wait it copies the poison
+    gate.hold(a);
+    tessel::launch(tessel::testing::slow_fill<int>, 4, 256, 0, a, x.data(), n, 42, 2);
     tessel::rt::event_record(e, a);
     tessel::rt::stream_wait_event(b, e);
     tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), b);
-    tessel::rt::stream_synchronize(b);
+    {
+        const std::jthread opener = gate.open_later();
+        tessel::rt::stream_synchronize(b);
+    }
     auto h = y.download();
     CHECK(std::count(h.begin(), h.end(), 42) == n);
     tessel::rt::event_destroy(e);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "../support/device_array.hpp"
+#include "../support/gate.hpp"
 #include "../support/slow_kernels.hpp"
 
 namespace {
@@ -30,12 +31,17 @@ TEST_CASE("streams are shared values; events order and time them", "[stream]") {
     CHECK_FALSE(copy == consumer);
 
     tessel::Event start, done;
+    const tessel::testing::Gate gate;  // holds the producer until the consumer's copy is queued
     start.record(producer);
-    tessel::launch(tessel::testing::slow_fill<int>, 8, 256, 0, producer.handle(), x.data(), n, 7, 100);
+    gate.hold(producer.handle());
+    tessel::launch(tessel::testing::slow_fill<int>, 8, 256, 0, producer.handle(), x.data(), n, 7, 2);
     done.record(producer);
     consumer.wait(done);
-    tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), consumer.handle());
-    consumer.synchronize();
+    tessel::rt::memcpy_async(y.data(), x.data(), n * sizeof(int), consumer.handle());  // copies the poison unless it waits
+    {
+        const std::jthread opener = gate.open_later();
+        consumer.synchronize();
+    }
     CHECK(consumer.query());
     auto h = y.download();
     CHECK(std::count(h.begin(), h.end(), 7) == n);

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "../support/device_array.hpp"
+#include "../support/gate.hpp"
 #include "../support/slow_kernels.hpp"
 
 namespace {
@@ -124,7 +125,11 @@ TEST_CASE("copies between memory spaces keep the values", "[tensor][copy]") {
     CHECK(host.to_vector() == ref.v);
     CHECK(back.shape() == Shape{Block3::C, Block3::B, Block3::A});
     CHECK(back.is_contiguous());
-    CHECK(back.to_vector() == host.transpose(0, 2).to_vector());
+    std::vector<float> want;  // back[c][b][a] = ref(a, b, c), by index arithmetic
+    for (std::int64_t c = 0; c < Block3::C; ++c)
+        for (std::int64_t b = 0; b < Block3::B; ++b)
+            for (std::int64_t a = 0; a < Block3::A; ++a) want.push_back(ref.at(a, b, c));
+    CHECK(back.to_vector() == want);
 }
 
 TEST_CASE("a view keeps its memory alive; from_blob runs its deleter once, at the end", "[tensor][storage]") {
@@ -236,9 +241,12 @@ TEST_CASE("non-blocking copies return once queued and stay ordered on their stre
     const int n = 1 << 16;
     tessel::Stream s = tessel::Stream::create();
     auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
-    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere, slowly
+    const tessel::testing::Gate gate;
+    gate.hold(s.handle());
+    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere
     auto pinned = d.to({.space = MemorySpace::pinned, .stream = s.handle(), .non_blocking = true});
-    CHECK_FALSE(s.query());  // the copy is queued behind the kernel, not done
+    CHECK_FALSE(s.query());  // the copy is queued behind the gate, not done
+    gate.open();
     s.synchronize();
     CHECK(pinned.to_vector() == std::vector<float>(std::size_t(n), 200.f));
     auto back = pinned.to({.space = MemorySpace::device, .stream = s.handle(), .non_blocking = true});
@@ -254,10 +262,12 @@ TEST_CASE("copies between device memory return once queued and stay ordered on t
     const int n = 1 << 16;
     tessel::Stream s = tessel::Stream::create();
     tessel::Tensor<float> copy, every_third, moved;
+    const tessel::testing::Gate gate;  // holds s until the source's memory has been offered to a new tensor
     {
         auto d = tessel::zeros<float>({n});
         tessel::current_stream().synchronize();  // the zeros land before the kernel on s adds to them
-        tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 211);  // d = 211, slowly
+        gate.hold(s.handle());
+        tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 211);  // d = 211 once the gate opens
         copy = d.clone(s.handle());
         CHECK_FALSE(s.query());  // queued behind the kernel, not done
         every_third = d.slice(0, 1, n, 3).contiguous(s.handle());  // the gather kernel
@@ -266,6 +276,8 @@ TEST_CASE("copies between device memory return once queued and stay ordered on t
         CHECK_FALSE(s.query());
     }
     const auto scribble = tessel::full<float>({n}, -5.f);  // d's size, on the current stream
+    tessel::current_stream().synchronize();  // landed, in d's memory if that was given back too early
+    gate.open();
     CHECK(copy.to_vector() == std::vector<float>(std::size_t(n), 211.f));  // read after the copy, on the current stream
     CHECK(every_third.to_vector() == std::vector<float>(std::size_t((n - 1 + 2) / 3), 211.f));
     CHECK(moved.to_vector() == std::vector<float>(std::size_t(n), 211.f));
@@ -279,14 +291,24 @@ TEST_CASE("host reads of pinned memory wait for the copy filling it", "[tensor][
     tessel::Stream s = tessel::Stream::create();
     auto d = tessel::zeros<float>({n}, {.stream = s.handle()});
     auto pinned = tessel::full<float>({n}, -1.f, {.space = MemorySpace::pinned});
-    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere, slowly
-    pinned.copy_(d, s.handle());
-    CHECK_FALSE(s.query());  // queued behind the kernel
-    CHECK(pinned({n - 1}) == 200.f);
-    tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 100);  // 300, slowly
-    pinned.copy_(d, s.handle());
-    CHECK_FALSE(s.query());
-    CHECK(pinned.to<double>().to_vector() == std::vector<double>(std::size_t(n), 300.0));
+    {  // s is held at a gate that opens 50 ms after the read starts: a read that does not wait sees -1
+        const tessel::testing::Gate gate;
+        gate.hold(s.handle());
+        tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 200);  // d = 200 everywhere
+        pinned.copy_(d, s.handle());
+        CHECK_FALSE(s.query());  // queued behind the gate
+        const std::jthread opener = gate.open_later();
+        CHECK(pinned({n - 1}) == 200.f);
+    }
+    {
+        const tessel::testing::Gate gate;
+        gate.hold(s.handle());
+        tessel::launch(tessel::testing::slow_add_one<float>, 4, 256, 0, s.handle(), d.data(), n, 100);  // 300
+        pinned.copy_(d, s.handle());
+        CHECK_FALSE(s.query());
+        const std::jthread opener = gate.open_later();
+        CHECK(pinned.to<double>().to_vector() == std::vector<double>(std::size_t(n), 300.0));
+    }
 }
 
 // A host tensor goes to the current device, as torch's .to("cuda"); a device tensor keeps its own.
