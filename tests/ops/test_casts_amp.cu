@@ -416,8 +416,13 @@ TEST_CASE("to<U>() keeps its source's memory until the conversion has read it", 
     }
     src = Tensor<float>();  // the last reference: the block goes back to a's cache
     const Tensor<float> reuse = full<float>({n}, -7.f, {.stream = a.handle()});
-    a.synchronize();  // the fill has landed, in the source's memory if that was given back too early
-    gate.open();
+    {
+        // The fill lands while b is held (in the source's memory if that was given back too early).
+        // Under ThreadSanitizer the sim runs one grid at a time, so the fill waits for the gate
+        // there: the gate opens 50 ms from now either way.
+        const std::jthread opener = gate.open_later();
+        a.synchronize();
+    }
     b.synchronize();
     const auto got = out.to_vector();
     std::size_t bad = 0;

@@ -26,7 +26,9 @@ __global__ void wait_for_gate(Flag* gate) {
 }
 
 // A shut gate on `device`. Its destructor opens it, so a test that throws while a stream is held
-// does not hang when the gate's memory is freed (cudaFree waits for the device).
+// does not hang when the gate's memory is freed (cudaFree waits for the device). Under
+// ThreadSanitizer the sim runs one grid at a time, so while a gate is shut no other kernel runs on
+// any stream: a test must not wait on the host for another kernel then (open_later() first).
 class Gate {
 public:
     explicit Gate(Device device = current_device())

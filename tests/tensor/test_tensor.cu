@@ -276,8 +276,13 @@ TEST_CASE("copies between device memory return once queued and stay ordered on t
         CHECK_FALSE(s.query());
     }
     const auto scribble = tessel::full<float>({n}, -5.f);  // d's size, on the current stream
-    tessel::current_stream().synchronize();  // landed, in d's memory if that was given back too early
-    gate.open();
+    {
+        // The fill lands while s is held (in d's memory if that was given back too early). Under
+        // ThreadSanitizer the sim runs one grid at a time, so the fill waits for the gate there: the
+        // gate opens 50 ms from now either way.
+        const std::jthread opener = gate.open_later();
+        tessel::current_stream().synchronize();
+    }
     CHECK(copy.to_vector() == std::vector<float>(std::size_t(n), 211.f));  // read after the copy, on the current stream
     CHECK(every_third.to_vector() == std::vector<float>(std::size_t((n - 1 + 2) / 3), 211.f));
     CHECK(moved.to_vector() == std::vector<float>(std::size_t(n), 211.f));
