@@ -137,6 +137,13 @@ double variance(const std::vector<double>& v, int correction) {
     return v.size() > std::size_t(correction) ? double(s / (long double)(v.size() - std::size_t(correction))) : NAN;
 }
 
+// mean(x^2): the magnitude the variance's rounding errors scale with.
+double second_moment(const std::vector<double>& v) {
+    long double s = 0;
+    for (double y : v) s += (long double)y * y;
+    return double(s / (long double)v.size());
+}
+
 struct Case {
     Shape shape;
     std::vector<int> axes;
@@ -171,11 +178,6 @@ TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][re
     // checks sums exactly.
     const double eps = std::is_same_v<T, double> ? 1e-16 : 6e-8;
     const double out_rel = std::is_same_v<T, __nv_bfloat16> ? 1.0 / 256 : 0;
-    const auto second_moment = [](const std::vector<double>& v) {
-        long double s = 0;
-        for (double y : v) s += (long double)y * y;
-        return double(s / (long double)v.size());
-    };
     for (const Case& c : cases) {
         auto x = random_input<T>(c.shape, std::uint64_t(c.shape.size() * 1000 + c.shape[0]));
         // Accumulation over magnitude `acc`, then one rounding of a result of magnitude `result`.
