@@ -121,6 +121,9 @@ public:
 
     std::uint64_t seed() const { return seed_; }
     std::int64_t index() const { return index_; }
+    // The byte a new output is poisoned with: 0xFF (NaN, -1, a bad bool) or, every other step, 0x5A
+    // (finite in every float type), since a NaN poison passes where NaN is the expected value.
+    int poison_byte() const { return index_ % 2 == 0 ? 0xFF : 0x5A; }
 
     // The stream the step's work runs on, and what the ops are passed for it.
     rt::stream_t stream() const { return uses_created() ? created_.handle() : nullptr; }
@@ -478,12 +481,13 @@ struct Readback {
     Layout layout;
     std::int64_t storage_elements = 0;
 
-    T element(std::int64_t storage_index) const {
+    // A bool's byte is read as it is, so a poison byte (0xFF, 0x5A) is neither false nor true.
+    T element(std::int64_t storage_index) const requires(!std::is_same_v<T, bool>) {
         T v;
         std::memcpy(&v, raw.data() + std::size_t(storage_index) * sizeof(T), sizeof(T));
         return v;
     }
-    T at(std::int64_t flat) const {
+    auto at(std::int64_t flat) const {
         std::int64_t at = layout.offset;
         for (int d = layout.rank(); d-- > 0;) {
             at += (flat % layout.shape[d]) * layout.strides[d];
@@ -491,6 +495,7 @@ struct Readback {
         }
         return element(at);
     }
+    unsigned char element(std::int64_t storage_index) const requires std::is_same_v<T, bool> { return raw[std::size_t(storage_index)]; }
     std::vector<double> doubles() const {
         std::vector<double> v(std::size_t(layout.numel()));
         for (std::size_t i = 0; i < v.size(); ++i) v[i] = to_double(at(std::int64_t(i)));
@@ -556,13 +561,13 @@ void compare_exact(const std::string& what, const Dims& shape, const std::vector
                    const std::vector<std::int64_t>& expected);
 void check_shape(const std::string& what, const Shape& actual, const Dims& expected);
 
-// Makes the next allocation of `bytes` on `s` likely to come out filled with 0xFF bytes (NaN, -1,
-// an invalid bool): a block of that size is taken from the cache, filled and returned, and best fit
-// hands it to the next request of that size on that stream.
-inline void poison_next(std::size_t bytes, rt::stream_t s) {
+// Makes the next allocation of `bytes` on `s` likely to come out filled with `byte` (Step::poison_byte):
+// a block of that size is taken from the cache, filled and returned, and best fit hands it to the
+// next request of that size on that stream.
+inline void poison_next(std::size_t bytes, rt::stream_t s, int byte) {
     if (bytes == 0) return;
     void* p = memory::allocate(bytes, s);
-    rt::memset_async(p, 0xFF, bytes, s);
+    rt::memset_async(p, byte, bytes, s);
     memory::deallocate(p);
 }
 template <class T>

@@ -225,7 +225,7 @@ void run_form(Step& st, const Dims& out_shape) {
     if (!Wide && (st.rng.chance(0.4) || ops::is_bool_type<D>)) {
         st.note("evaluate(expr)");
         st.inputs_ready();
-        poison_next(std::size_t(count(*ref::broadcast(a.shape(), b.shape()))) * sizeof(D), st.stream());
+        poison_next(std::size_t(count(*ref::broadcast(a.shape(), b.shape()))) * sizeof(D), st.stream(), st.poison_byte());
         const Tensor<D> r = evaluate(Form::build(a.t, b.t), st.stream_arg());
         check_shape("evaluate", r.shape(), *ref::broadcast(a.shape(), b.shape()));
         if (!r.is_contiguous() || r.space() != MemorySpace::device) check_failed("evaluate: result ", describe(r), " is not a new contiguous device tensor");

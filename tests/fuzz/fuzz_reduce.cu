@@ -304,7 +304,7 @@ void valid_step(Step& st) {
         using Out = typename std::remove_cvref_t<decltype(result)>::value_type;
         check_reduction<T, Out>(st, op, result, v, shape, wrapped, keepdim, correction, element_slack);
     };
-    poison_next(std::size_t(count(plan.out_shape)) * out_size<T>(op), st.stream());
+    poison_next(std::size_t(count(plan.out_shape)) * out_size<T>(op), st.stream(), st.poison_byte());
     if (fused) call<T, true>(op, x.t * y->t, axes, keepdim, correction, st.stream_arg(), check);
     else call<T, false>(op, x.t, axes, keepdim, correction, st.stream_arg(), check);
 }

@@ -121,7 +121,7 @@ void valid_step(Step& st) {
     st.note(op_name(op), " axis ", axis, ", x: ", x.text(), w ? ", weight: " + w->text() : "", b ? ", bias: " + b->text() : "",
             op == Op::layer_norm || op == Op::rms_norm ? ", eps " + std::to_string(eps) : "");
     st.inputs_ready();
-    poison_next(std::size_t(count(shape)) * sizeof(T), st.stream());
+    poison_next(std::size_t(count(shape)) * sizeof(T), st.stream(), st.poison_byte());
     const Tensor<T> r = run<T>(st, op, x.t, axis, w ? std::optional<Tensor<T>>(w->t) : std::nullopt,
                                b ? std::optional<Tensor<T>>(b->t) : std::nullopt, eps);
     check_shape(op_name(op), r.shape(), shape);

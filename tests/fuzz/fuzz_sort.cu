@@ -87,7 +87,7 @@ void valid_step(Step& st) {
     st.note(op_name(op), op == Op::sort || op == Op::argsort ? (descending ? " descending" : " ascending") : "", " axis ", axis, ", x: ", x.text());
     st.inputs_ready();
     const auto s = st.stream_arg();
-    poison_next(std::size_t(count(shape)) * 8, st.stream());
+    poison_next(std::size_t(count(shape)) * 8, st.stream(), st.poison_byte());
     switch (op) {
         case Op::sort: check_sort(st, op, descending, x, axis_w, sort(x.t, axis, descending, s)); break;
         case Op::argsort: check_sort(st, op, descending, x, axis_w, Sorted<T>{Tensor<T>{}, argsort(x.t, axis, descending, s)}); break;
