@@ -42,6 +42,20 @@ BAD("matmul", "an output that overlaps an operand's storage", Expect::invalid_ar
     const auto x = dev({8, 4});
     matmul(x.narrow(0, 0, 4), dev({4, 4}), x.narrow(0, 2, 4));
 };
+DEFINED("matmul", "an output interleaved with an operand, sharing no element") {
+    // x = [a | out]: out = a @ 2I, each row of out beside the row of a it is computed from.
+    std::vector<float> v(5 * 8);
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = float(k % 8 < 4 ? k : 0) + 0.25f;
+    const auto x = from_host<float>(std::span<const float>(v), {5, 8});
+    std::vector<float> diagonal(16, 0.f);
+    for (std::size_t k = 0; k < 16; k += 5) diagonal[k] = 2.f;
+    const auto two_i = from_host<float>(std::span<const float>(diagonal), {4, 4});
+    matmul(x.narrow(1, 0, 4), two_i, x.narrow(1, 4, 4));
+    auto want = v;
+    for (std::size_t k = 0; k < v.size(); ++k)
+        if (k % 8 >= 4) want[k] = v[k - 4] * 2;
+    expect(x.to_vector() == want, "out = 2 a, a unchanged");
+};
 BAD("matmul", "a broadcast output", Expect::invalid_argument, "repeats elements") {
     matmul(dev({3, 4}), dev({4, 6}), dev({1, 6}).expand({3, 6}));
 };

@@ -103,6 +103,20 @@ BAD("aliasing", "a transposed alias of the output", Expect::invalid_argument, "o
     const auto t = dev({4, 4});
     (t = t.transpose(0, 1) + 1).run();
 };
+DEFINED("aliasing", "odd columns written from even ones of the same rows (interleaved, sharing no element)") {
+    std::vector<float> v(4 * 9);
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = float(k) + 0.5f;
+    const auto t = from_host<float>(std::span<const float>(v), {4, 9});
+    (t.slice(1, 1, 9, 2) = t.slice(1, 0, 8, 2) * 2).run();
+    auto want = v;
+    for (std::size_t k = 0; k < v.size(); ++k)
+        if (k % 9 % 2 == 1) want[k] = v[k - 1] * 2;
+    expect(t.to_vector() == want, "each odd column twice the even column before it");
+};
+BAD("aliasing", "elements 0, 2, 4 written from 1, 4, 7", Expect::invalid_argument, "overlaps the output") {
+    const auto t = dev({9});
+    (t.slice(0, 0, 6, 2) = t.slice(0, 1, 9, 3) + 1).run();
+};
 DEFINED("aliasing", "in place through another storage is allowed") {
     const auto t = full<float>({6}, 1.f);
     const auto alias = from_blob<float>(t.data(), {6}, MemorySpace::device, t.device());

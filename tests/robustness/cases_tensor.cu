@@ -250,6 +250,18 @@ BAD("copies", "copy_ between overlapping blobs", Expect::invalid_argument, "over
     const auto alias = from_blob<float>(t.data() + 1, {8}, MemorySpace::device, t.device());
     t.slice(0, 0, 8).copy_(alias);
 };
+DEFINED("copies", "copy_ between interleaved views that share no element (the right half of each row over its left)") {
+    const auto t = iota_on({5, 6}, MemorySpace::device);  // the halves' byte ranges cross
+    t.narrow(1, 0, 3).copy_(t.narrow(1, 3, 3));
+    auto want = iota_values(30);
+    for (std::size_t k = 0; k < 30; ++k)
+        if (k % 6 < 3) want[k] = want[k + 3];
+    expect(t.to_vector() == want, "each row's right half on both halves");
+};
+BAD("copies", "copy_ between interleaved views that share a column", Expect::invalid_argument, "overlap in memory") {
+    const auto t = dev({5, 6});
+    t.narrow(1, 0, 3).copy_(t.narrow(1, 2, 3));
+};
 DEFINED("copies", "copy_ onto itself changes nothing") {
     const auto t = iota_on({5}, MemorySpace::device);
     t.copy_(t);

@@ -77,13 +77,6 @@ inline Iteration coalesce(const Shape& shape, const Shape& out_strides, std::vec
     return it;
 }
 
-// The lowest and highest byte a layout of `element_size` bytes reaches from `base`.
-inline std::pair<std::uintptr_t, std::uintptr_t> byte_range(const void* first, const Layout& l, std::size_t element_size) {
-    const auto e = l.extent();
-    const auto at = reinterpret_cast<std::uintptr_t>(first) - std::uintptr_t(l.offset) * element_size;
-    return {at + std::uintptr_t(e->lowest) * element_size, at + std::uintptr_t(e->highest + 1) * element_size - 1};
-}
-
 // A device attribute, asked once per device.
 template <cudaDeviceAttr Attribute>
 int device_attribute(Device d) {
@@ -204,7 +197,6 @@ void Assignment<Out, E>::run(rt::stream_t chosen, std::source_location site) con
     if (n == 0) return;
 
     // An operand in the output's memory is safe only when each element is read where it is written.
-    const auto out_range = detail::byte_range(out_.data(), out_.layout(), sizeof(Out));
     for (std::size_t k = 0; k < leaves.size(); ++k) {
         const LeafPlan& l = leaves[k];
         if (l.layout.numel() == 0) continue;  // other storages too: two tensors may wrap the same memory (from_blob)
@@ -213,11 +205,11 @@ void Assignment<Out, E>::run(rt::stream_t chosen, std::source_location site) con
         bool same_strides = l.strides.size() == shape.size();
         for (int d = 0; same_strides && d < shape.size(); ++d) same_strides = shape[d] <= 1 || l.strides[d] == out_.strides()[d];
         const bool same_elements = static_cast<const void*>(out_.data()) == l.data && l.element_size == sizeof(Out) && same_strides;
-        const auto r = detail::byte_range(l.data, l.layout, l.element_size);
-        const bool disjoint = r.second < out_range.first || out_range.second < r.first;
-        require(same_elements || disjoint, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
-                l.layout.shape, ", strides ", l.layout.strides,
-                ") overlaps the output at other positions (shape ", shape, ", strides ",
+        if (same_elements) continue;
+        const auto sharing = ::tessel::detail::memory_sharing(out_.data(), out_.layout(), sizeof(Out), l.data, l.layout, l.element_size);
+        require(sharing == ::tessel::detail::Sharing::none, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
+                l.layout.shape, ", strides ", l.layout.strides, sharing == ::tessel::detail::Sharing::some ? ") overlaps" : ") may overlap (too many candidates to rule it out)",
+                " the output at other positions (shape ", shape, ", strides ",
                 out_.strides(), "), so elements would be read after being overwritten; pass a copy of it (.clone())");
     }
 

@@ -23,6 +23,7 @@
 #include "device_paths.hpp"
 #include "dtype.hpp"
 #include "layout.hpp"
+#include "overlap.hpp"
 #include "storage.hpp"
 
 namespace tessel {
@@ -510,28 +511,6 @@ Tensor<T> Tensor<T>::to(TensorOptions o) const {
 }
 
 namespace detail {
-// The lowest and highest address (in bytes) a non-empty layout of element_size bytes touches, from `first`.
-inline std::pair<std::uintptr_t, std::uintptr_t> touched_bytes(const void* first, const Layout& l, std::size_t element_size) {
-    const auto e = *l.extent();
-    const auto base = reinterpret_cast<std::uintptr_t>(first) - std::uintptr_t(l.offset) * element_size;
-    return {base + std::uintptr_t(e.lowest) * element_size, base + std::uintptr_t(e.highest + 1) * element_size - 1};
-}
-
-// Whether distinct indices of `l` are distinct elements (no zero stride over a dim of size > 1, and
-// no two dims interleaved): the dims sorted by stride each step past everything the smaller ones reach.
-inline bool distinct_elements(const Layout& l) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (|stride|, size)
-    for (int d = 0; d < l.rank(); ++d)
-        if (l.shape[d] > 1) dims.push_back({l.strides[d] < 0 ? -l.strides[d] : l.strides[d], l.shape[d]});
-    std::sort(dims.begin(), dims.end());
-    std::int64_t reach = 0;  // the largest offset the smaller dims reach
-    for (auto [stride, size] : dims) {
-        if (stride <= reach) return false;
-        reach += stride * (size - 1);
-    }
-    return true;
-}
-
 // Writes contiguous `in` in row-major order into the view `l` of host memory `base`.
 template <class T>
 void scatter_on_host(const T* in, T* base, const Layout& l) {
@@ -548,13 +527,12 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
     require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape(), ", strides ",
             strides(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
     if (numel() == 0) return *this;
-    const auto dst_bytes = detail::touched_bytes(data(), layout_, sizeof(T));
-    const auto src_bytes = detail::touched_bytes(src.data(), src.layout(), sizeof(T));
     const bool identical = src.data() == data() && src.strides() == strides();
     if (identical) return *this;  // copying a view onto itself changes nothing
-    require(src_bytes.second < dst_bytes.first || dst_bytes.second < src_bytes.first,
-            "copy_: the source (strides ", src.strides(), ") and the destination (strides ", strides(),
-            ") overlap in memory; copy from a clone() of the source");
+    const auto sharing = detail::memory_sharing(data(), layout_, sizeof(T), src.data(), src.layout(), sizeof(T));
+    require(sharing == detail::Sharing::none, "copy_: the source (strides ", src.strides(), ") and the destination (strides ",
+            strides(), sharing == detail::Sharing::some ? ") overlap in memory" : ") may overlap in memory (too many candidates to rule it out)",
+            ", so elements would be read after being overwritten; copy from a clone() of the source");
     // The stream belongs to the device side (the destination's when both are on devices).
     const bool dst_host = is_plain_host(space()), src_host = is_plain_host(src.space());
     if (dst_host && src_host) {  // host to host: after any copy still landing in either

@@ -1,0 +1,155 @@
+// Whether strided views share memory: the checks that let copy_, expression assignment and matmul
+// refuse a destination that overlaps its source, and accept interleaved views that do not
+// (x[:, :d] and x[:, d:], x[::2] and x[1::2]) though their byte ranges cross.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "layout.hpp"
+
+namespace tessel::detail {
+
+// The lowest and highest byte a non-empty layout of element_size bytes touches; `first` is the
+// address of its element at index 0 (a tensor's data()).
+inline std::pair<std::uintptr_t, std::uintptr_t> byte_range(const void* first, const Layout& l, std::size_t element_size) {
+    const auto e = *l.extent();
+    const auto base = reinterpret_cast<std::uintptr_t>(first) - std::uintptr_t(l.offset) * element_size;
+    return {base + std::uintptr_t(e.lowest) * element_size, base + std::uintptr_t(e.highest + 1) * element_size - 1};
+}
+
+// Whether distinct indices of `l` are distinct elements (no zero stride over a dim of size > 1, and
+// no two dims interleaved): the dims sorted by stride each step past everything the smaller ones reach.
+inline bool distinct_elements(const Layout& l) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (|stride|, size)
+    for (int d = 0; d < l.rank(); ++d)
+        if (l.shape[d] > 1) dims.push_back({l.strides[d] < 0 ? -l.strides[d] : l.strides[d], l.shape[d]});
+    std::sort(dims.begin(), dims.end());
+    std::int64_t reach = 0;  // the largest offset the smaller dims reach
+    for (auto [stride, size] : dims) {
+        if (stride <= reach) return false;
+        reach += stride * (size - 1);
+    }
+    return true;
+}
+
+// What two views' memory has in common.
+enum class Sharing { none, some, unknown };
+
+// Whether sum(c_k x_k) = target has a solution with 0 <= x_k <= bound_k, for positive coefficients
+// sorted from the largest: a depth-first search that tries, at each level, only the x_k the rest can
+// still complete (by their largest sum) and that leave a remainder divisible by the gcd of the
+// remaining coefficients (an arithmetic progression, from a modular inverse). Equal strides are merged
+// before, so matching rows of two views cost one step each, not one per row. `work` counts steps;
+// past its limit the answer is unknown.
+class BoundedSum {
+public:
+    struct Term {
+        std::int64_t coefficient, bound;
+    };
+    BoundedSum(std::vector<Term> terms, std::int64_t work_limit) : terms_(std::move(terms)), limit_(work_limit) {
+        std::sort(terms_.begin(), terms_.end(), [](const Term& a, const Term& b) { return a.coefficient > b.coefficient; });
+        std::size_t merged = 0;  // x + y over [0, u] and [0, v] with one coefficient is z over [0, u + v]
+        for (const Term& t : terms_) {
+            if (merged > 0 && terms_[merged - 1].coefficient == t.coefficient) terms_[merged - 1].bound += t.bound;
+            else terms_[merged++] = t;
+        }
+        terms_.resize(merged);
+        reach_.assign(terms_.size() + 1, 0);
+        gcd_.assign(terms_.size() + 1, 0);
+        for (std::size_t k = terms_.size(); k-- > 0;) {
+            reach_[k] = reach_[k + 1] + terms_[k].coefficient * terms_[k].bound;
+            gcd_[k] = std::gcd(gcd_[k + 1], terms_[k].coefficient);
+        }
+    }
+    // The largest sum the terms reach.
+    std::int64_t reach() const { return reach_[0]; }
+    Sharing solvable(std::int64_t target) {
+        if (target < 0 || target > reach_[0]) return Sharing::none;
+        exhausted_ = false;
+        const bool found = search(0, target);
+        return found ? Sharing::some : exhausted_ ? Sharing::unknown : Sharing::none;
+    }
+
+private:
+    static std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+    static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return -floor_div(-a, b); }
+    // The inverse of a modulo m (gcd(a, m) = 1, m > 1), by the extended Euclidean algorithm.
+    static std::int64_t inverse(std::int64_t a, std::int64_t m) {
+        std::int64_t r0 = m, r1 = a % m, s0 = 0, s1 = 1;
+        while (r1 != 0) {
+            const std::int64_t q = r0 / r1;
+            const std::int64_t r2 = r0 - q * r1, s2 = s0 - q * s1;
+            r0 = r1, r1 = r2, s0 = s1, s1 = s2;
+        }
+        return s0 < 0 ? s0 + m : s0;
+    }
+    static std::int64_t mul_mod(std::int64_t a, std::int64_t b, std::int64_t m) {
+        __extension__ using wide = unsigned __int128;
+        return std::int64_t(wide(std::uint64_t(a)) * wide(std::uint64_t(b)) % wide(std::uint64_t(m)));
+    }
+    bool search(std::size_t k, std::int64_t rest) {
+        if (k == terms_.size()) return rest == 0;
+        if (++work_ > limit_) {
+            exhausted_ = true;
+            return false;
+        }
+        const auto [c, bound] = terms_[k];
+        const std::int64_t lo = std::max<std::int64_t>(0, ceil_div(rest - reach_[k + 1], c));
+        const std::int64_t hi = std::min(bound, floor_div(rest, c));
+        if (lo > hi) return false;
+        const std::int64_t g = gcd_[k + 1];
+        if (g == 0) return rest % c == 0;  // the last term: x = rest / c, within [lo, hi]
+        // rest - c x must be a multiple of g: x = x0 (mod m).
+        const std::int64_t d = std::gcd(c, g);
+        if (rest % d != 0) return false;
+        const std::int64_t m = g / d;
+        const std::int64_t x0 = m == 1 ? 0 : mul_mod((rest / d) % m, inverse((c / d) % m, m), m);
+        for (std::int64_t x = lo + ((x0 - lo) % m + m) % m; x <= hi; x += m) {
+            if (search(k + 1, rest - c * x)) return true;
+            if (exhausted_) return false;
+        }
+        return false;
+    }
+
+    std::vector<Term> terms_;
+    std::vector<std::int64_t> reach_, gcd_;  // of terms k.. (the largest sum; the gcd, 0 for none)
+    std::int64_t limit_, work_ = 0;
+    bool exhausted_ = false;
+};
+
+// Whether some byte of view a (elements of ea bytes, element 0 at `a`) is also a byte of view b: x
+// (an element's address in a) and y (in b) overlap when x - y lies in [-(ea - 1), eb - 1], which is
+// sum(i_d * stride_a_d) - sum(j_d * stride_b_d) = (b - a) - (ea - 1) + t over the indices i, j and
+// t in [0, ea + eb - 2]; negative terms are flipped (v -> bound - v) into a bounded sum of positive
+// coefficients. Views whose byte ranges do not cross are told apart at once; `unknown` only for
+// coprime strides over very many elements, past work_limit search steps.
+inline Sharing memory_sharing(const void* a, const Layout& la, std::size_t ea, const void* b, const Layout& lb, std::size_t eb,
+                              std::int64_t work_limit = std::int64_t(1) << 16) {
+    if (la.numel() == 0 || lb.numel() == 0) return Sharing::none;
+    const auto ra = byte_range(a, la, ea), rb = byte_range(b, lb, eb);
+    if (ra.second < rb.first || rb.second < ra.first) return Sharing::none;
+    std::int64_t target = std::int64_t(reinterpret_cast<std::uintptr_t>(b) - reinterpret_cast<std::uintptr_t>(a)) - std::int64_t(ea - 1);
+    std::vector<BoundedSum::Term> terms;
+    auto add = [&](std::int64_t coefficient, std::int64_t bound) {
+        if (coefficient == 0 || bound == 0) return;
+        if (coefficient < 0) target -= coefficient * bound;  // c v = c bound + |c| (bound - v)
+        terms.push_back({coefficient < 0 ? -coefficient : coefficient, bound});
+    };
+    for (int d = 0; d < la.rank(); ++d) add(la.strides[d] * std::int64_t(ea), la.shape[d] - 1);
+    for (int d = 0; d < lb.rank(); ++d) add(-lb.strides[d] * std::int64_t(eb), lb.shape[d] - 1);
+    BoundedSum sum(std::move(terms), work_limit);
+    bool unknown = false;
+    for (std::int64_t t = 0; t <= std::int64_t(ea + eb - 2); ++t) {
+        const Sharing s = sum.solvable(target + t);
+        if (s == Sharing::some) return s;
+        unknown = unknown || s == Sharing::unknown;
+    }
+    return unknown ? Sharing::unknown : Sharing::none;
+}
+
+}  // namespace tessel::detail
