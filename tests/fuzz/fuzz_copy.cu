@@ -1,8 +1,10 @@
 // Fuzzed copies between memory spaces and layouts: contiguous(), clone(), to_host(), to(options)
 // (device, host, pinned, managed; blocking or not), to<U>() conversions, reshape(), view(), item()
 // and to_vector(), from any view in any space, compared bit for bit with the fuzzer's own gather of
-// the source; and the bad requests (impossible views and reshapes, undefined tensors, absent
+// the source; copy_ and assignment between two views of one buffer (refused exactly when they share
+// an element); and the bad requests (impossible views and reshapes, undefined tensors, absent
 // devices, allocations too large for the device, dtypes DLPack cannot express).
+#include <tessel/ops/assign.hpp>  // dst = src + src between views of one buffer
 #include <tessel/ops/copy.hpp>  // the device gather behind contiguous() of device views
 #include <tessel/tensor/dlpack.hpp>
 
@@ -180,6 +182,69 @@ void valid_step(Step& st) {
     }
 }
 
+// A view [count] elements long of a dim of `extent`: a start and a step (1 to 3) that fit.
+std::pair<std::int64_t, std::int64_t> random_run(Rng& r, std::int64_t extent, std::int64_t count) {
+    const std::int64_t step = count == 1 ? 1 : r.between(1, std::max<std::int64_t>(1, std::min<std::int64_t>(3, (extent - 1) / (count - 1))));
+    return {r.between(0, extent - 1 - (count - 1) * step), step};
+}
+
+// Two strided views of one device buffer (the second sometimes of its transpose), the second
+// copied into the first by copy_ or by an expression (dst = src + src): refused exactly when they
+// share an element and are not the same view, else the buffer afterwards holds the source's old
+// values (doubled) at the destination's elements and nothing else changed. Interleaved views (every
+// other column, the halves of each row) share no element though their address ranges cross.
+template <class T>
+void two_views_step(Step& st) {
+    const std::int64_t rows = st.rng.between(1, 40), cols = st.rng.between(1, 40);
+    const Operand<T> x = make_operand<T>(st, {rows, cols}, {.max_views = 0, .values = Values::small_ints});
+    const bool transposed = st.rng.chance(0.3);
+    const std::int64_t s0 = st.rng.between(1, transposed ? std::min(rows, cols) : rows);
+    const std::int64_t s1 = st.rng.between(1, transposed ? std::min(rows, cols) : cols);
+    const auto [dr, dr_step] = random_run(st.rng, rows, s0);
+    const auto [dc, dc_step] = random_run(st.rng, cols, s1);
+    const std::int64_t src_rows = transposed ? cols : rows, src_cols = transposed ? rows : cols;
+    auto [sr, sr_step] = random_run(st.rng, src_rows, s0);
+    auto [sc, sc_step] = random_run(st.rng, src_cols, s1);
+    if (!transposed && st.rng.chance(0.2)) sr = dr, sr_step = dr_step, sc = dc, sc_step = dc_step;  // the same view
+    const Tensor<T> dst = x.t.slice(0, dr, dr + (s0 - 1) * dr_step + 1, dr_step).slice(1, dc, dc + (s1 - 1) * dc_step + 1, dc_step);
+    const Tensor<T> from = transposed ? x.t.transpose(0, 1) : x.t;
+    const Tensor<T> src = from.slice(0, sr, sr + (s0 - 1) * sr_step + 1, sr_step).slice(1, sc, sc + (s1 - 1) * sc_step + 1, sc_step);
+    // Storage indices of each view's elements, by hand from the slices.
+    std::vector<std::int64_t> at_dst, at_src;
+    for (std::int64_t i = 0; i < s0; ++i)
+        for (std::int64_t j = 0; j < s1; ++j) {
+            at_dst.push_back(x.layout.storage_index((dr + i * dr_step) * cols + dc + j * dc_step));
+            const std::int64_t r = sr + i * sr_step, c = sc + j * sc_step;
+            at_src.push_back(x.layout.storage_index(transposed ? c * cols + r : r * cols + c));
+        }
+    const bool same = at_dst == at_src;
+    bool shared = false;
+    for (std::int64_t a : at_dst) shared = shared || std::find(at_src.begin(), at_src.end(), a) != at_src.end();
+    const bool expression = st.rng.chance(0.5);
+    st.op = expression ? "dst = src + src, views of one buffer" : "dst.copy_(src), views of one buffer";
+    st.note(st.op, ", x: ", x.text(), ", dst: ", describe(dst), ", src: ", describe(src), transposed ? " (of x.T)" : "",
+            same ? ", the same view" : shared ? ", sharing elements" : ", sharing none");
+    st.inputs_ready();
+    auto act = [&] {
+        if (expression) {
+            if (const auto s = st.stream_arg()) (dst = src + src).run(*s);
+            else (dst = src + src).run();
+        } else {
+            dst.copy_(src, st.stream_arg());
+        }
+    };
+    if (shared && !same) {
+        expect_error(st, Want::invalid_argument, st.op, act);
+        return;
+    }
+    act();
+    std::vector<double> want = x.base;
+    for (std::size_t k = 0; k < at_dst.size(); ++k) want[std::size_t(at_dst[k])] = x.base[std::size_t(at_src[k])] * (expression ? 2 : 1);
+    const Tensor<T> whole(x.t.storage(), Layout::contiguous(Shape{std::int64_t(x.base.size())}));
+    const Dims flat{std::int64_t(x.base.size())};
+    compare(st.op, flat, read_back(whole, st.stream()).doubles(), want, std::vector<double>(want.size(), 0.0));
+}
+
 template <class T>
 void invalid_step(Step& st) {
     const auto s = st.stream_arg();
@@ -275,6 +340,7 @@ void copy_step(Step& st) {
     st.family = "copy";
     with_type(any_type(st.rng), [&]<class T>() {
         if (st.invalid) invalid_step<T>(st);
+        else if (st.rng.chance(0.2)) two_views_step<T>(st);
         else valid_step<T>(st);
     });
 }

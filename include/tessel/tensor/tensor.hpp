@@ -527,7 +527,8 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
     require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape(), ", strides ",
             strides(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
     if (numel() == 0) return *this;
-    const bool identical = src.data() == data() && src.strides() == strides();
+    bool identical = src.data() == data();  // the same elements: the same first one and strides (where a dim has more than one)
+    for (int d = 0; identical && d < layout_.rank(); ++d) identical = shape()[d] == 1 || src.strides()[d] == strides()[d];
     if (identical) return *this;  // copying a view onto itself changes nothing
     const auto sharing = detail::memory_sharing(data(), layout_, sizeof(T), src.data(), src.layout(), sizeof(T));
     require(sharing == detail::Sharing::none, "copy_: the source (strides ", src.strides(), ") and the destination (strides ",
