@@ -6,7 +6,7 @@
 # writes logs and JSON into $OUT (default ./device-check-out). Prints a summary table last.
 # Catch2 and Google Benchmark come from .deps/*.deb when the machine lacks them
 # (scripts/fetch-device-deps.sh downloads them on a machine with apt). Ends well inside 8 minutes:
-# every step after the build takes its cap from one 465 s budget, and the steps whose numbers the
+# every step, the build included, takes its cap from one 465 s budget from the start, and the steps whose numbers the
 # issues ask for (tests, benchmarks, PyTorch) come before the rest; compute-sanitizer runs beside
 # ctest (both only need correctness, not the GPU to themselves).
 set -uo pipefail
