@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -93,6 +94,33 @@ TEST_CASE("memory_sharing tells interleaved views of large tensors apart in a fe
     // A transposed square matrix shares its diagonal with the matrix.
     CHECK(memory_sharing(address(base), Layout::strided({513, 513}, {513, 1}), 4, address(base), Layout::strided({513, 513}, {1, 513}), 4, 64) ==
           Sharing::some);
+}
+
+TEST_CASE("memory_sharing lines up rows whose strides are multiples of each other", "[layout][overlap]") {
+    // float x [262144, 64]: x[:131072, :32] and x[::2, 32:] (row strides 64 and 128 elements):
+    // without merging 128 = 2 x 64 the search tried every row, past the work limit.
+    const std::uintptr_t base = std::uintptr_t(1) << 36;
+    const std::int64_t n = 262144;
+    const auto top_left = Layout::strided({n / 2, 32}, {64, 1}), odd_right = Layout::strided({n / 2, 32}, {128, 1});
+    CHECK(memory_sharing(address(base), top_left, 4, address(base + 4 * 32), odd_right, 4, 64) == Sharing::none);
+    CHECK(memory_sharing(address(base), top_left, 4, address(base + 4 * 31), odd_right, 4, 64) == Sharing::some);
+    // x[::2, ::3] and x[:, 1::3] of x [300000, 99].
+    const auto every_other = Layout::strided({150000, 33}, {198, 3}), all_rows = Layout::strided({300000, 33}, {99, 3});
+    CHECK(memory_sharing(address(base), every_other, 4, address(base + 4), all_rows, 4, 64) == Sharing::none);
+    CHECK(memory_sharing(address(base), every_other, 4, address(base + 4 * 99), all_rows, 4, 64) == Sharing::some);
+}
+
+TEST_CASE("memory_sharing of hand-made strides past 64-bit byte offsets", "[layout][overlap]") {
+    const std::uintptr_t base = std::uintptr_t(1) << 36;
+    const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+    // A dim of one element moves nothing, whatever its stride: decided exactly.
+    const auto row = Layout::strided({1, 4}, {huge, 1});
+    CHECK(memory_sharing(address(base), row, 4, address(base + 8), row, 4) == Sharing::some);
+    CHECK(memory_sharing(address(base), row, 4, address(base + 16), Layout::strided({1, 4}, {std::numeric_limits<std::int64_t>::min(), 1}), 4) ==
+          Sharing::none);
+    // Strides of 2^61 floats (2^63 bytes): not a real tensor; unknown, not an overflow.
+    const auto far = Layout::strided({2}, {std::int64_t(1) << 61});
+    CHECK(memory_sharing(address(base), far, 4, address(base), Layout::strided({3}, {1}), 4) != Sharing::none);
 }
 
 TEST_CASE("memory_sharing answers unknown, never none, when its work limit runs out", "[layout][overlap]") {

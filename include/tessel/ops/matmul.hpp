@@ -196,13 +196,15 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
     const MatmulEpilogue<Out>* e = &epilogue;
     MatmulEpilogue<Out> copied;
     if (out.numel() > 0) {
-        auto overlaps = [&](const auto& t) {  // an unknown answer counts as sharing
-            return ::tessel::detail::memory_sharing(out.data(), out.layout(), sizeof(Out), t.data(), t.layout(), sizeof(*t.data())) !=
-                   ::tessel::detail::Sharing::none;
+        auto sharing = [&](const auto& t) {
+            return ::tessel::detail::memory_sharing(out.data(), out.layout(), sizeof(Out), t.data(), t.layout(), sizeof(*t.data()));
         };
+        auto overlaps = [&](const auto& t) { return sharing(t) != ::tessel::detail::Sharing::none; };  // unknown counts as sharing
         auto check = [&](const auto& t, const char* name) {
-            require(!overlaps(t), "matmul: out (shape ", out.shape(), ", strides ", out.strides(), ") shares memory with ", name,
-                    "; a product cannot be written over its own input: use another output tensor");
+            const auto s = sharing(t);
+            require(s == ::tessel::detail::Sharing::none, "matmul: out (shape ", out.shape(), ", strides ", out.strides(),
+                    s == ::tessel::detail::Sharing::some ? ") shares memory with " : ") may share memory (too many candidates to rule it out) with ",
+                    name, "; a product cannot be written over its own input: use another output tensor");
         };
         check(a, "a");
         check(b, "b");

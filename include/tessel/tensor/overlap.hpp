@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -25,12 +26,15 @@ inline std::pair<std::uintptr_t, std::uintptr_t> byte_range(const void* first, c
 // Whether distinct indices of `l` are distinct elements (no zero stride over a dim of size > 1, and
 // no two dims interleaved): the dims sorted by stride each step past everything the smaller ones reach.
 inline bool distinct_elements(const Layout& l) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (|stride|, size)
+    std::array<std::pair<std::int64_t, std::int64_t>, max_rank> dims;  // (|stride|, size)
+    int n = 0;
     for (int d = 0; d < l.rank(); ++d)
-        if (l.shape[d] > 1) dims.push_back({l.strides[d] < 0 ? -l.strides[d] : l.strides[d], l.shape[d]});
-    std::sort(dims.begin(), dims.end());
+        if (l.shape[d] > 1) dims[std::size_t(n++)] = {l.strides[d] < 0 ? -l.strides[d] : l.strides[d], l.shape[d]};
+    for (int k = 1; k < n; ++k)  // insertion sort of at most 8 (std::sort's 16-element insertion step trips g++'s -Warray-bounds)
+        for (int j = k; j > 0 && dims[std::size_t(j)] < dims[std::size_t(j - 1)]; --j) std::swap(dims[std::size_t(j)], dims[std::size_t(j - 1)]);
     std::int64_t reach = 0;  // the largest offset the smaller dims reach
-    for (auto [stride, size] : dims) {
+    for (int k = 0; k < n; ++k) {
+        const auto [stride, size] = dims[std::size_t(k)];
         if (stride <= reach) return false;
         reach += stride * (size - 1);
     }
@@ -43,22 +47,33 @@ enum class Sharing { none, some, unknown };
 // Whether sum(c_k x_k) = target has a solution with 0 <= x_k <= bound_k, for positive coefficients
 // sorted from the largest: a depth-first search that tries, at each level, only the x_k the rest can
 // still complete (by their largest sum) and that leave a remainder divisible by the gcd of the
-// remaining coefficients (an arithmetic progression, from a modular inverse). Equal strides are merged
-// before, so matching rows of two views cost one step each, not one per row. `work` counts steps;
-// past its limit the answer is unknown.
+// remaining coefficients (an arithmetic progression, from a modular inverse). Terms are merged
+// first where that is exact: equal coefficients (x + y over [0, u] and [0, v] is z over [0, u + v]),
+// and c = q d with the d term's bound at least q - 1 (q x + y then takes every value of
+// [0, q u + v]), so the rows of two views, one's row stride a multiple of the other's, cost a step
+// each, not one per row. `work` counts steps; past its limit the answer is unknown.
 class BoundedSum {
 public:
     struct Term {
         std::int64_t coefficient, bound;
     };
+    // The terms' coefficients and bounds are positive, and each c_k * bound_k and their sum fit in
+    // 64 bits (memory_sharing checks).
     BoundedSum(std::vector<Term> terms, std::int64_t work_limit) : terms_(std::move(terms)), limit_(work_limit) {
-        std::sort(terms_.begin(), terms_.end(), [](const Term& a, const Term& b) { return a.coefficient > b.coefficient; });
-        std::size_t merged = 0;  // x + y over [0, u] and [0, v] with one coefficient is z over [0, u + v]
-        for (const Term& t : terms_) {
-            if (merged > 0 && terms_[merged - 1].coefficient == t.coefficient) terms_[merged - 1].bound += t.bound;
-            else terms_[merged++] = t;
+        for (bool merged = true; merged;) {
+            merged = false;
+            for (std::size_t i = 0; i < terms_.size() && !merged; ++i)
+                for (std::size_t j = 0; j < terms_.size() && !merged; ++j) {
+                    const Term big = terms_[i], small = terms_[j];
+                    if (i == j || big.coefficient % small.coefficient != 0) continue;
+                    const std::int64_t q = big.coefficient / small.coefficient;
+                    if (small.bound < q - 1) continue;
+                    terms_[j].bound = q * big.bound + small.bound;  // at most the two terms' largest sum over c_j
+                    terms_.erase(terms_.begin() + std::ptrdiff_t(i));
+                    merged = true;
+                }
         }
-        terms_.resize(merged);
+        std::sort(terms_.begin(), terms_.end(), [](const Term& a, const Term& b) { return a.coefficient > b.coefficient; });
         reach_.assign(terms_.size() + 1, 0);
         gcd_.assign(terms_.size() + 1, 0);
         for (std::size_t k = terms_.size(); k-- > 0;) {
@@ -126,25 +141,35 @@ private:
 // (an element's address in a) and y (in b) overlap when x - y lies in [-(ea - 1), eb - 1], which is
 // sum(i_d * stride_a_d) - sum(j_d * stride_b_d) = (b - a) - (ea - 1) + t over the indices i, j and
 // t in [0, ea + eb - 2]; negative terms are flipped (v -> bound - v) into a bounded sum of positive
-// coefficients. Views whose byte ranges do not cross are told apart at once; `unknown` only for
-// coprime strides over very many elements, past work_limit search steps.
+// coefficients. Views whose byte ranges do not cross are told apart at once; `unknown` past
+// work_limit search steps (strides whose rows do not line up, over very many elements), and for
+// hand-made strides whose byte offsets do not fit in 64 bits.
 inline Sharing memory_sharing(const void* a, const Layout& la, std::size_t ea, const void* b, const Layout& lb, std::size_t eb,
                               std::int64_t work_limit = std::int64_t(1) << 16) {
     if (la.numel() == 0 || lb.numel() == 0) return Sharing::none;
     const auto ra = byte_range(a, la, ea), rb = byte_range(b, lb, eb);
     if (ra.second < rb.first || rb.second < ra.first) return Sharing::none;
     std::int64_t target = std::int64_t(reinterpret_cast<std::uintptr_t>(b) - reinterpret_cast<std::uintptr_t>(a)) - std::int64_t(ea - 1);
+    std::int64_t reach = 0;  // the sum of every term's largest value, which the search adds up
+    bool overflow = false;
     std::vector<BoundedSum::Term> terms;
-    auto add = [&](std::int64_t coefficient, std::int64_t bound) {
-        if (coefficient == 0 || bound == 0) return;
-        if (coefficient < 0) target -= coefficient * bound;  // c v = c bound + |c| (bound - v)
-        terms.push_back({coefficient < 0 ? -coefficient : coefficient, bound});
+    auto add = [&](std::int64_t stride, std::int64_t size, std::size_t element_size, bool negate) {
+        if (size <= 1 || stride == 0) return;  // a dim of one element moves nothing, whatever its stride
+        std::int64_t c = 0, span = 0;
+        overflow = overflow || __builtin_mul_overflow(stride, std::int64_t(element_size), &c) || c == INT64_MIN;
+        if (overflow) return;
+        c = negate ? -c : c;
+        const std::int64_t magnitude = c < 0 ? -c : c;
+        overflow = __builtin_mul_overflow(magnitude, size - 1, &span) || __builtin_add_overflow(reach, span, &reach) ||
+                   (c < 0 && __builtin_add_overflow(target, span, &target));  // c v = c bound + |c| (bound - v)
+        terms.push_back({magnitude, size - 1});
     };
-    for (int d = 0; d < la.rank(); ++d) add(la.strides[d] * std::int64_t(ea), la.shape[d] - 1);
-    for (int d = 0; d < lb.rank(); ++d) add(-lb.strides[d] * std::int64_t(eb), lb.shape[d] - 1);
+    for (int d = 0; d < la.rank(); ++d) add(la.strides[d], la.shape[d], ea, false);
+    for (int d = 0; d < lb.rank(); ++d) add(lb.strides[d], lb.shape[d], eb, true);
+    if (overflow) return Sharing::unknown;
     BoundedSum sum(std::move(terms), work_limit);
     bool unknown = false;
-    for (std::int64_t t = 0; t <= std::int64_t(ea + eb - 2); ++t) {
+    for (std::int64_t t = 0; t <= std::int64_t(ea + eb - 2) && target <= sum.reach() - t; ++t) {  // past reach: no solution
         const Sharing s = sum.solvable(target + t);
         if (s == Sharing::some) return s;
         unknown = unknown || s == Sharing::unknown;
