@@ -89,6 +89,25 @@ DEFINED("expressions", "lazy operands are read when evaluated") {
     expect(evaluate(e).to_vector() == std::vector<float>(3, 11.f), "e sees the new values");
 };
 
+DEFINED("expressions", "an integer tensor over an integer number beyond its type divides by the number (torch's true division)") {
+    const auto i8 = from_host<std::int8_t>({-128, -1, 0, 64, 127}, {5});
+    const auto u8 = from_host<std::uint8_t>({0, 1, 128, 255}, {4});
+    const auto i32 = from_host<std::int32_t>({-7, 1, 2147483647}, {3});
+    expect(evaluate(i8 / 128).to_vector() == std::vector<float>{-1.f, -1.f / 128, 0.f, 0.5f, 127.f / 128}, "x_i8 / 128");
+    expect(evaluate(u8 / 256).to_vector() == std::vector<float>{0.f, 1.f / 256, 0.5f, 255.f / 256}, "x_u8 / 256");
+    expect(evaluate(256 / u8.slice(0, 1, 4)).to_vector() == std::vector<float>{256.f, 2.f, 256.f / 255}, "256 / x_u8");
+    const auto q = evaluate(i32 / 3000000000LL).to_vector();
+    const double want[] = {-7.0 / 3e9, 1.0 / 3e9, 2147483647.0 / 3e9};  // computed in float: within a few float roundings
+    for (std::size_t k = 0; k < 3; ++k) expect(q.size() == 3 && std::fabs(q[k] - want[k]) <= 1e-6 * std::fabs(want[k]), "x_i32 / 3e9");
+};
+DEFINED("quantize", "per-channel parameters of a 1-d tensor are one channel per element") {
+    const auto x = from_host<float>({-2.54f, 1.27f, 0.f, 12.7f}, {4});
+    const auto p = choose_channel_qparams(x, 0);
+    const auto scale = p.scale.to_vector();
+    const std::vector<double> want{2.54 / 127, 1.27 / 127, 1.0, 12.7 / 127};  // a channel of zeros gets 1
+    for (std::size_t k = 0; k < 4; ++k)
+        expect(scale.size() == 4 && std::fabs(scale[k] - want[k]) <= 1e-6 * want[k], "each element's own scale (one global scale before)");
+};
 // ---- aliasing ------------------------------------------------------------------------------------
 BAD("aliasing", "an output shifted over its input", Expect::invalid_argument, "overlaps the output") {
     const auto t = dev({10});

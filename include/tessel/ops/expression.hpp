@@ -434,6 +434,19 @@ auto comparison_operand(const X& x) {
     }
 }
 
+// A division's operand; a number in the division's compute type (float for integer operands), so
+// x_i8 / 128 divides by 128 as torch's true division does, not by the int8 128 would wrap to.
+template <class Other, class X>
+auto division_operand(const X& x) {
+    if constexpr (number<X>) {
+        using tag = operand_dtype_t<X>;
+        using C = binary_operand_t<Kind::divide, Other, tag>;
+        return Scalar<tag, C>(static_cast<C>(x));
+    } else {
+        return as_node<Other>(x);
+    }
+}
+
 template <class Op, class A, class B>
 auto make_binary(Op op, const A& a, const B& b) {
     static_assert(!(std::is_same_v<Op, Sub> && std::is_same_v<operand_dtype_t<A>, bool> && std::is_same_v<operand_dtype_t<B>, bool>),
@@ -441,6 +454,10 @@ auto make_binary(Op op, const A& a, const B& b) {
     if constexpr (Op::kind == Kind::compare) {
         auto l = comparison_operand<operand_dtype_t<B>>(a);
         auto r = comparison_operand<operand_dtype_t<A>>(b);
+        return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
+    } else if constexpr (Op::kind == Kind::divide) {
+        auto l = division_operand<operand_dtype_t<B>>(a);
+        auto r = division_operand<operand_dtype_t<A>>(b);
         return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
     } else {
         auto l = as_node<operand_dtype_t<B>>(a);

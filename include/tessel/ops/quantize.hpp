@@ -84,8 +84,10 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
     std::vector<int> others;
     for (int d = 0; d < x.dim(); ++d)
         if (d != a) others.push_back(d);
-    const auto lo = minimum(amin(x, Axes(others)), 0.0);
-    const auto hi = maximum(amax(x, Axes(others)), 0.0);
+    // A 1-d x has nothing to reduce: each element is its own channel (Axes{} would mean every dim).
+    const Tensor<T> x_min = others.empty() ? x : amin(x, Axes(others)), x_max = others.empty() ? x : amax(x, Axes(others));
+    const auto lo = minimum(x_min, 0.0);
+    const auto hi = maximum(x_max, 0.0);
     ChannelQuantParams p{empty<float>({x.size(a)}, {.device = x.device()}), empty<std::int32_t>({x.size(a)}, {.device = x.device()}), a};
     if (symmetric) {
         const auto m = maximum(abs(lo), abs(hi));
