@@ -200,15 +200,11 @@ void Assignment<Out, E>::run(rt::stream_t chosen, std::source_location site) con
     for (std::size_t k = 0; k < leaves.size(); ++k) {
         const LeafPlan& l = leaves[k];
         if (l.layout.numel() == 0) continue;  // other storages too: two tensors may wrap the same memory (from_blob)
-        // The same elements: the same first element and the same strides wherever a dim has more than
-        // one element (a size-1 dim's stride is 0 once broadcast, and never used).
-        bool same_strides = l.strides.size() == shape.size();
-        for (int d = 0; same_strides && d < shape.size(); ++d) same_strides = shape[d] <= 1 || l.strides[d] == out_.strides()[d];
-        const bool same_elements = static_cast<const void*>(out_.data()) == l.data && l.element_size == sizeof(Out) && same_strides;
-        if (same_elements) continue;
+        // Reading exactly the elements being written (the operand's strides broadcast to the output's shape).
+        if (l.element_size == sizeof(Out) && ::tessel::detail::same_elements(out_.data(), out_.strides(), l.data, l.strides, shape)) continue;
         const auto sharing = ::tessel::detail::memory_sharing(out_.data(), out_.layout(), sizeof(Out), l.data, l.layout, l.element_size);
         require(sharing == ::tessel::detail::Sharing::none, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
-                l.layout.shape, ", strides ", l.layout.strides, sharing == ::tessel::detail::Sharing::some ? ") overlaps" : ") may overlap (too many candidates to rule it out)",
+                l.layout.shape, ", strides ", l.layout.strides, ") ", ::tessel::detail::overlap_verb(sharing, true),
                 " the output at other positions (shape ", shape, ", strides ",
                 out_.strides(), "), so elements would be read after being overwritten; pass a copy of it (.clone())");
     }

@@ -43,6 +43,18 @@ inline bool distinct_elements(const Layout& l) {
 
 // What two views' memory has in common.
 enum class Sharing { none, some, unknown };
+// The verb for an error message: "overlap" ("overlaps" for one subject) or "may overlap" (the search ran out).
+inline const char* overlap_verb(Sharing s, bool one_subject = false) {
+    return s != Sharing::some ? "may overlap (too many candidates to rule it out)" : one_subject ? "overlaps" : "overlap";
+}
+
+// Whether two views of `shape` are the same elements: the same first element and the same strides
+// wherever a dim has more than one element (a size-1 dim's stride is never used).
+inline bool same_elements(const void* a, const Shape& a_strides, const void* b, const Shape& b_strides, const Shape& shape) {
+    bool same = a == b && a_strides.size() == shape.size() && b_strides.size() == shape.size();
+    for (int d = 0; same && d < shape.size(); ++d) same = shape[d] <= 1 || a_strides[d] == b_strides[d];
+    return same;
+}
 
 // Whether sum(c_k x_k) = target has a solution with 0 <= x_k <= bound_k, for positive coefficients
 // sorted from the largest: a depth-first search that tries, at each level, only the x_k the rest can

@@ -527,13 +527,10 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
     require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape(), ", strides ",
             strides(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
     if (numel() == 0) return *this;
-    bool identical = src.data() == data();  // the same elements: the same first one and strides (where a dim has more than one)
-    for (int d = 0; identical && d < layout_.rank(); ++d) identical = shape()[d] == 1 || src.strides()[d] == strides()[d];
-    if (identical) return *this;  // copying a view onto itself changes nothing
+    if (detail::same_elements(data(), strides(), src.data(), src.strides(), shape())) return *this;  // a view onto itself: nothing changes
     const auto sharing = detail::memory_sharing(data(), layout_, sizeof(T), src.data(), src.layout(), sizeof(T));
     require(sharing == detail::Sharing::none, "copy_: the source (strides ", src.strides(), ") and the destination (strides ",
-            strides(), sharing == detail::Sharing::some ? ") overlap in memory" : ") may overlap in memory (too many candidates to rule it out)",
-            ", so elements would be read after being overwritten; copy from a clone() of the source");
+            strides(), ") ", detail::overlap_verb(sharing), " in memory, so elements would be read after being overwritten; copy from a clone() of the source");
     // The stream belongs to the device side (the destination's when both are on devices).
     const bool dst_host = is_plain_host(space()), src_host = is_plain_host(src.space());
     if (dst_host && src_host) {  // host to host: after any copy still landing in either
