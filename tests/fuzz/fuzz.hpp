@@ -570,6 +570,17 @@ inline void poison_next(std::size_t bytes, rt::stream_t s, int byte) {
     rt::memset_async(p, byte, bytes, s);
     memory::deallocate(p);
 }
+// The same for the next several allocations, held at once so that each takes a block of its own: an
+// op that copies inputs (a strided weight, a transposed x) allocates those copies before its output.
+inline void poison_next(const std::vector<std::size_t>& sizes, rt::stream_t s, int byte) {
+    std::vector<void*> held;
+    for (const std::size_t bytes : sizes) {
+        if (bytes == 0) continue;
+        held.push_back(memory::allocate(bytes, s));
+        rt::memset_async(held.back(), byte, bytes, s);
+    }
+    for (void* p : held) memory::deallocate(p);
+}
 template <class T>
 void poison_storage(const Tensor<T>& t, rt::stream_t s) {
     const Storage& storage = *t.storage();

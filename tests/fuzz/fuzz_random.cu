@@ -1,5 +1,5 @@
-// Fuzzed random fills: uniform_fill and normal_fill into a contiguous view (at an offset inside a
-// poisoned buffer) and Philox draws into new tensors, checked for range, finiteness, loose moments,
+// Fuzzed random fills: uniform_fill and normal_fill into a contiguous or strided view (at an offset
+// inside a poisoned buffer) and Philox draws into new tensors, checked for range, finiteness, loose moments,
 // reproducibility from (seed, offset) and equality with the same fill split in two at the matching
 // offsets; and the fills' bad inputs.
 #include <tessel/ops/random.hpp>
@@ -85,11 +85,12 @@ void valid_step(Step& st) {
         return;
     }
     st.op = normal ? "normal_fill" : "uniform_fill";
-    // The tensor is a contiguous piece of a larger poisoned buffer, so writes outside it show.
-    const std::int64_t before = st.rng.between(0, 5), after = st.rng.between(0, 5);
-    const Tensor<T> buffer = empty<T>({before + n + after}, {.stream = st.stream()});
+    // The tensor is a piece of a larger poisoned buffer, so writes outside it show: contiguous, or
+    // every other element (a view, filled in its row-major order as a contiguous tensor would be).
+    const std::int64_t before = st.rng.between(0, 5), after = st.rng.between(0, 5), step = n > 0 && st.rng.chance(0.3) ? 2 : 1;
+    const Tensor<T> buffer = empty<T>({before + step * n + after}, {.stream = st.stream()});
     poison_storage(buffer, st.stream());
-    const Tensor<T> t = buffer.narrow(0, before, n).view(shape_of(shape));
+    const Tensor<T> t = buffer.slice(0, before + st.rng.between(0, step - 1), before + step * n, step).view(shape_of(shape));
     st.note(st.op, "(", describe(t), ", seed ", seed, ", offset ", offset, ", ", a, ", ", b, ")");
     fill(normal, t, seed, offset, a, b, s);
     const Readback<T> r = read_back(t, st.stream());
@@ -116,9 +117,9 @@ void invalid_step(Step& st) {
     st.op = normal ? "normal_fill" : "uniform_fill";
     switch (st.rng.between(0, 3)) {
         case 0: {
-            st.op += ": non-contiguous tensor";
+            st.op += ": broadcast tensor";
             const std::int64_t m = st.rng.between(2, 20), n = st.rng.between(2, 20);
-            const Tensor<T> t = empty<T>({m, n}, {.stream = st.stream()}).transpose(0, 1);
+            const Tensor<T> t = empty<T>({m, 1}, {.stream = st.stream()}).expand({m, n});
             st.note(st.op, ": ", describe(t));
             expect_error(st, Want::invalid_argument, st.op, [&] { fill(normal, t, 1, 0, 0.0, 1.0, s); });
             break;

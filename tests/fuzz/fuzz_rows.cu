@@ -111,17 +111,19 @@ void valid_step(Step& st) {
     const Operand<T> x = make_operand<T>(st, shape, {.values = Values(st.rng.weighted({4, 3, 1, 0, 1}))});
     const std::int64_t cols = shape[std::size_t(axis_w)];
     std::optional<Operand<T>> w, b;
-    if ((op == Op::layer_norm || op == Op::rms_norm) && st.rng.chance(0.6)) w = make_operand<T>(st, {cols}, {.expand = false, .max_views = 1});
-    if (op == Op::layer_norm && st.rng.chance(0.5)) b = make_operand<T>(st, {cols}, {.expand = false, .max_views = 1});
-    // A weight must be contiguous: views that are not are a bad input, tried elsewhere.
-    if (w && !w->t.is_contiguous()) w.reset();
-    if (b && !b->t.is_contiguous()) b.reset();
+    // Weights and biases of any strides, broadcast ones included (copied first, as torch takes them).
+    if ((op == Op::layer_norm || op == Op::rms_norm) && st.rng.chance(0.6)) w = make_operand<T>(st, {cols}, {.max_views = 2});
+    if (op == Op::layer_norm && st.rng.chance(0.5)) b = make_operand<T>(st, {cols}, {.max_views = 2});
     const double eps = st.rng.pick(std::vector<double>{1e-5, 1e-3, 0.5});
     st.op = op_name(op);
     st.note(op_name(op), " axis ", axis, ", x: ", x.text(), w ? ", weight: " + w->text() : "", b ? ", bias: " + b->text() : "",
             op == Op::layer_norm || op == Op::rms_norm ? ", eps " + std::to_string(eps) : "");
     st.inputs_ready();
-    poison_next(std::size_t(count(shape)) * sizeof(T), st.stream(), st.poison_byte());
+    // The op may copy x (strided, or another axis: there and back), the weight and the bias before
+    // its output: a poisoned block for each, so that the output's is one whichever it takes.
+    const std::size_t out_bytes = std::size_t(count(shape)) * sizeof(T), param_bytes = std::size_t(cols) * sizeof(T);
+    poison_next({out_bytes, out_bytes, out_bytes, w && !w->t.is_contiguous() ? param_bytes : 0, b && !b->t.is_contiguous() ? param_bytes : 0},
+                st.stream(), st.poison_byte());
     const Tensor<T> r = run<T>(st, op, x.t, axis, w ? std::optional<Tensor<T>>(w->t) : std::nullopt,
                                b ? std::optional<Tensor<T>>(b->t) : std::nullopt, eps);
     check_shape(op_name(op), r.shape(), shape);
@@ -183,7 +185,7 @@ void invalid_step(Step& st) {
                 switch (st.rng.between(0, 3)) {
                     case 0: w = make_operand<T>(st, {cols + 1}, {.max_views = 0}).t, what = "a weight one too long"; break;
                     case 1: w = make_operand<T>(st, {1, cols}, {.max_views = 0}).t, what = "a 2-d weight"; break;
-                    case 2: w = make_operand<T>(st, {2 * cols}, {.max_views = 0}).t.slice(0, 0, 2 * cols, 2), what = "a strided weight"; break;
+                    case 2: w = make_operand<T>(st, {2 * cols + 2}, {.max_views = 0}).t.slice(0, 0, 2 * cols + 2, 2), what = "a strided weight one too long"; break;
                     default: w = make_operand<T>(st, {cols}, {.max_views = 0, .space = MemorySpace::host}).t, what = "a host weight"; break;
                 }
                 st.note(st.op, ", x: ", x.text(), ", ", what, ": ", describe(w));

@@ -685,6 +685,9 @@ TEST_CASE("at the device's capacity the cache is freed and retried, then OutOfMe
         CHECK(msg.find("max_split_size_mb") != std::string::npos);
     }
     CHECK(mem::stats().num_ooms == 1);
+    // A size no device holds is refused before the pool and counted too.
+    CHECK_THROWS_WITH(mem::allocate((std::size_t(1) << 50) + 1), Catch::Contains("more than any device holds"));
+    CHECK(mem::stats().num_ooms == 2);
     mem::deallocate(b);
     mem::deallocate(c);
     void* d = mem::allocate(60 * MiB);  // recovers once memory is returned

@@ -95,6 +95,9 @@ TEST_CASE("the async backend trims the pool and retries before OutOfMemoryError"
         CHECK(msg.find("tried to allocate 10485760 bytes") != std::string::npos);
     }
     CHECK(mem::stats().num_ooms == 1);
+    // A size no device holds is refused before the pool and counted too.
+    CHECK_THROWS_WITH(mem::allocate((std::size_t(1) << 50) + 1), Catch::Contains("more than any device holds"));
+    CHECK(mem::stats().num_ooms == 2);
     mem::deallocate(b);
     mem::deallocate(c);
     mem::empty_cache();

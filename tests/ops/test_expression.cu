@@ -113,6 +113,11 @@ TEST_CASE("expression result types follow the documented promotion", "[ops][expr
     STATIC_REQUIRE(std::is_same_v<decltype(exp(i))::dtype, float>);
     STATIC_REQUIRE(std::is_same_v<decltype(f < i)::dtype, bool>);
     STATIC_REQUIRE(std::is_same_v<decltype(where(f > 0, b, h))::dtype, float>);
+    // Two numbers: torch's default types, as torch.where(mask, 1.0, 0) is float32.
+    STATIC_REQUIRE(std::is_same_v<decltype(where(f > 0, 1.0, 0))::dtype, float>);
+    STATIC_REQUIRE(std::is_same_v<decltype(where(f > 0, 1, 'a'))::dtype, std::int64_t>);
+    STATIC_REQUIRE(std::is_same_v<decltype(where(f > 0, true, false))::dtype, bool>);
+    STATIC_REQUIRE(std::is_same_v<decltype(where(f > 0, 1.0, 0) * b)::dtype, float>);  // float32 tensor times bf16
     STATIC_REQUIRE(std::is_same_v<decltype(cast_to<__half>(f))::dtype, __half>);
     CHECK(evaluate(b + f).dtype() == DType::f32);
 }
@@ -273,6 +278,18 @@ TEST_CASE("clamp and where with numbers outside an integer operand's range", "[o
     check(c_out, [&](const auto&) { return 7.0; }, 0, 0, "int8 clamp(7, 7)");
     CHECK_THROWS_WITH((c_out = clamp(c.dev, 200, 300)).run(), Catch::Contains("lower bound 200 is above every value of int8"));
     CHECK_THROWS_WITH((u_out = clamp(u.dev, -9, -1)).run(), Catch::Contains("upper bound -1 is below every value of uint8"));
+    // maximum and minimum with a number beyond the type bound exactly as clamp does (converted, -1
+    // would be uint8 255 and maximum(u8, -1) 255 everywhere), and refuse a number no value can meet.
+    (u_out = maximum(u.dev, -1)).run();
+    check(u_out, [&](const auto& i) { return double(at(u.host, i)); }, 0, 0, "maximum(uint8, -1)");
+    (u_out = maximum(-300, u.dev)).run();
+    check(u_out, [&](const auto& i) { return double(at(u.host, i)); }, 0, 0, "maximum(-300, uint8)");
+    (c_out = minimum(c.dev, 1000)).run();
+    check(c_out, [&](const auto& i) { return double(at(c.host, i)); }, 0, 0, "minimum(int8, 1000)");
+    (c_out = minimum(c.dev, -5)).run();
+    check(c_out, [&](const auto& i) { return std::min(double(at(c.host, i)), -5.0); }, 0, 0, "minimum(int8, -5)");
+    CHECK_THROWS_WITH((u_out = maximum(u.dev, 300)).run(), Catch::Contains("maximum: the number 300 is above every value of uint8 [0, 255]"));
+    CHECK_THROWS_WITH((c_out = minimum(c.dev, -1000)).run(), Catch::Contains("minimum: the number -1000 is below every value of int8 [-128, 127]"));
 
     auto p = random_operand<bool>({n}, 34);
     (c_out = where(p.dev, c.dev, -128)).run();
@@ -282,6 +299,15 @@ TEST_CASE("clamp and where with numbers outside an integer operand's range", "[o
     auto f_out = poisoned<float>({n});
     (f_out = where(p.dev, c.dev, 300.5)).run();  // a floating number makes the result float: nothing to refuse
     check(f_out, [&](const auto& i) { return at(p.host, i) ? double(at(c.host, i)) : 300.5; }, 0, 0, "where(int8, 300.5)");
+    // Two numbers: float32 for a floating one (0.1 rounded to float32, as torch's float32 result),
+    // int64 for two integers; such an expression can be evaluated alone.
+    (f_out = where(p.dev, 0.1, -7)).run();
+    check(f_out, [&](const auto& i) { return at(p.host, i) ? double(0.1f) : -7.0; }, 0, 0, "where(mask, 0.1, -7)");
+    CHECK(evaluate(where(p.dev, 0.1, -7)).dtype() == DType::f32);
+    auto l_out = poisoned<std::int64_t>({n});
+    (l_out = where(!p.dev, std::int64_t(1) << 40, 'x')).run();
+    check(l_out, [&](const auto& i) { return at(p.host, i) ? 120.0 : 1099511627776.0; }, 0, 0, "where(mask, 2^40, 'x')");
+    CHECK_THROWS_WITH(evaluate(where(p.dev, 0, ~0ull)), Catch::Contains("value 18446744073709551615 does not fit int64"));
 
     // A floating or wider bound widens the clamp, which then runs in that type (torch's result types).
     STATIC_REQUIRE(std::is_same_v<decltype(clamp(u.dev, -5.5, -1))::dtype, float>);

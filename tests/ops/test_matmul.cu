@@ -374,12 +374,33 @@ TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight
                 CHECK(tessel::testing::to_double(got[std::size_t(i * out_features + o)]) == want);
             }
     }
-    const auto x = make<float>({3, 5}, 1, true).base, w = make<float>({4, 5}, 2, true).base;
+    const auto xo = make<float>({3, 5}, 1, true), wo = make<float>({4, 5}, 2, true), w1 = make<float>({5}, 6, true);
+    const auto x = xo.base, w = wo.base;
+    // torch's other linear shapes: a 0-d bias adds to every output; a 1-d weight is one output
+    // feature that the result drops ([3, 5] -> [3]; [5] -> []). Small integers: exact in float.
+    const auto dot = [&](std::int64_t i, const std::vector<double>& wv, std::int64_t o) {
+        double s = 0;
+        for (std::int64_t c = 0; c < 5; ++c) s += xo.host[std::size_t(i * 5 + c)] * wv[std::size_t(o * 5 + c)];
+        return s;
+    };
+    const auto bias0 = tessel::full<float>({}, 2.5f);
+    const auto with_scalar_bias = tessel::linear(x, w, bias0).to_vector();
+    REQUIRE(with_scalar_bias.size() == 12);
+    for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t o = 0; o < 4; ++o) CHECK(double(with_scalar_bias[std::size_t(i * 4 + o)]) == dot(i, wo.host, o) + 2.5);
+    const Tensor<float> one_feature = tessel::linear(x, w1.base, bias0, tessel::Activation::relu);
+    REQUIRE(one_feature.shape() == Shape{3});
+    for (std::int64_t i = 0; i < 3; ++i) CHECK(double(one_feature.to_vector()[std::size_t(i)]) == std::max(0.0, dot(i, w1.host, 0) + 2.5));
+    const Tensor<float> one_by_one = tessel::linear(x.select(0, 1), w1.base);
+    REQUIRE(one_by_one.shape() == Shape{});
+    CHECK(double(one_by_one.item()) == dot(1, w1.host, 0));
+    CHECK_THAT(message([&] { (void)tessel::linear(x, w1.base, make<float>({1}, 3, true).base); }),
+               Catch::Contains("with a 1-d weight (one output feature) the bias must be 0-d, not shape [1]"));
     // A strided bias (every other element of a row), as torch takes it: the same as its contiguous copy.
     const Tensor<float> strided_bias = make<float>({8}, 5, true).base.slice(0, 0, 8, 2);
     CHECK(tessel::linear(x, w, strided_bias).to_vector() == tessel::linear(x, w, strided_bias.contiguous()).to_vector());
     CHECK(tessel::linear(x, w, strided_bias).to_vector() != tessel::linear(x, w, make<float>({8}, 5, true).base.slice(0, 0, 4)).to_vector());
-    CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("out_features (4) elements, not shape [5]"));
+    CHECK_THAT(message([&] { (void)tessel::linear(x, w, make<float>({5}, 3, true).base); }), Catch::Contains("out_features (4) elements or 0-d, not shape [5]"));
     CHECK_THAT(message([&] { (void)tessel::linear(x, make<float>({4, 6}, 4, true).base); }), Catch::Contains("in_features (6)"));
     CHECK_THAT(message([&] {
                    tessel::matmul(x, w.transpose(0, 1), tessel::empty<float>({3, 4}), MatmulOptions{},

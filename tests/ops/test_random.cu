@@ -43,6 +43,27 @@ TEST_CASE("fills depend on (seed, offset) only, not on how they are split", "[op
     uniform_fill(other, 43, 7, -1.0, 3.0);
     CHECK(whole.to_vector() != other.to_vector());
 
+    // A view is filled in its row-major order, as a contiguous tensor of its shape would be: a
+    // transpose writes every element, a view of every other column of a poisoned matrix (odd
+    // sizes) writes those columns and nothing else.
+    auto m = full<float>({37, 29}, -7777.0f);
+    uniform_fill(m.transpose(0, 1), 42, 7, -1.0, 3.0);
+    auto dense = empty<float>({29, 37});
+    uniform_fill(dense, 42, 7, -1.0, 3.0);
+    CHECK(m.to_vector() == dense.transpose(0, 1).contiguous().to_vector());
+    auto wide = full<double>({5, 21}, -7777.0);
+    normal_fill(wide.slice(1, 1, 21, 2), 9, 3);
+    auto narrow = empty<double>({5, 10});
+    normal_fill(narrow, 9, 3);
+    const auto got = wide.to_vector(), want = narrow.to_vector();
+    for (std::size_t r = 0; r < 5; ++r)
+        for (std::size_t c = 0; c < 21; ++c) {
+            CAPTURE(r, c);
+            CHECK(got[r * 21 + c] == (c % 2 ? want[r * 10 + c / 2] : -7777.0));
+        }
+    CHECK_THROWS_WITH(uniform_fill(full<float>({}, 0.0f).expand({4}), 1),
+                      Catch::Contains("uniform_fill: the tensor (shape [4], strides [0]) reaches some elements through more than one index"));
+
     Philox a(5), b(5);
     const auto x1 = a.normal<double>({1001}), x2 = a.normal<double>({1001});
     const auto y1 = b.normal<double>({1001});

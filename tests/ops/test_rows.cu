@@ -546,9 +546,27 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "
         compare(rms_norm(x), rms, atol, rtol, "rms_norm");
         poison_next<T>({5, cols});
         compare(rms_norm(x, w), rms_w, atol, rtol, "rms_norm with weight");
+        // Parameters that are not contiguous are taken as torch takes them (copied first): the
+        // weight every 3rd element of a buffer whose other elements would wreck the result if
+        // read, the bias an expanded 0-d tensor (its reference is ln * w + 0.25).
+        if (cols == 33 || cols == 5000) {
+            std::vector<T> spread(std::size_t(3 * cols), convert<T>(1000.0));
+            for (std::int64_t k = 0; k < cols; ++k) spread[std::size_t(3 * k + 1)] = convert<T>(wv[std::size_t(k)]);
+            const auto w_every_3rd = from_host<T>(spread, {3 * cols}).slice(0, 1, 3 * cols, 3);
+            const auto b_expanded = full<T>({}, convert<T>(0.25)).expand({cols});
+            REQUIRE((!w_every_3rd.is_contiguous() && !b_expanded.is_contiguous()));
+            std::vector<double> ln_w_c(ln.size());
+            for (std::size_t i = 0; i < ln.size(); ++i) ln_w_c[i] = ln[i] * wv[i % std::size_t(cols)] + 0.25;
+            // The copies are allocated before the output: poison a block for each.
+            testing::poison_next_all<T>({Shape{cols}, Shape{cols}, Shape{5, cols}});
+            compare(layer_norm(x, w_every_3rd, b_expanded), ln_w_c, atol, rtol, "layer_norm with strided weight and expanded bias");
+            testing::poison_next_all<T>({Shape{cols}, Shape{5, cols}});
+            compare(rms_norm(x, w_every_3rd), rms_w, atol, rtol, "rms_norm with strided weight");
+        }
     }
     auto x = zeros<T>({4, 8});
-    CHECK_THROWS_WITH(layer_norm(x, zeros<T>({7})), Catch::Contains("weight must be a contiguous 1-d tensor of 8"));
+    CHECK_THROWS_WITH(layer_norm(x, zeros<T>({7})), Catch::Contains("weight must be a 1-d tensor of 8 elements"));
+    CHECK_THROWS_WITH(rms_norm(x, zeros<T>({1, 8})), Catch::Contains("weight must be a 1-d tensor of 8 elements (the last dim of [4, 8]), not shape [1, 8]"));
     CHECK_THROWS_WITH(softmax(x, 2), Catch::Contains("axis 2 out of range"));
     CHECK(softmax(empty<T>({0, 8})).numel() == 0);
 }

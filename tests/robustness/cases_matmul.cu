@@ -102,8 +102,8 @@ BAD("matmul", "a bias in host memory", Expect::invalid_argument, "the bias must 
 BAD("matmul", "a residual of the wrong shape", Expect::invalid_argument, "the residual has shape [6, 3]") {
     matmul(dev({3, 4}), dev({4, 6}), dev({3, 6}), MatmulOptions{}, MatmulEpilogue<float>{.residual = dev({6, 3})});
 };
-BAD("matmul", "a linear weight that is not 2-d", Expect::invalid_argument, "the weight must be a 2-d tensor") {
-    (void)linear(dev({3, 4}), dev({4}));
+BAD("matmul", "a linear weight that is 3-d", Expect::invalid_argument, "the weight must be a 2-d tensor") {
+    (void)linear(dev({3, 4}), dev({1, 4, 4}));
 };
 // int8 and fp8 products: what the exact int32 output, the dequantisation scales and cuBLASLt refuse.
 BAD("matmul", "an int32 output with a fused epilogue", Expect::invalid_argument, "int32 output is the exact int8 product") {

@@ -243,7 +243,8 @@ BAD("rows", "softmax on an invalid stream", Expect::cuda_error, "not a live stre
 BAD("sort", "sort axis out of range", Expect::invalid_argument, "axis") { (void)sort(dev({3, 4}), 5); };
 BAD("sort", "sort of a host tensor", Expect::invalid_argument, "device") { (void)sort(host({4})); };
 BAD("sort", "argsort of an undefined tensor", Expect::invalid_argument, "device") { (void)argsort(Tensor<float>{}); };
-BAD("sort", "cumsum axis out of range", Expect::invalid_argument, "axis") { (void)cumsum(dev({3, 4}), -3); };
+BAD("sort", "cumsum axis out of range", Expect::invalid_argument, "cumsum: axis -3 out of range for shape [3, 4]") { (void)cumsum(dev({3, 4}), -3); };
+BAD("sort", "argsort along axis 2 of a 2-d tensor", Expect::invalid_argument, "argsort: axis 2 out of range for shape [3, 4]") { (void)argsort(dev({3, 4}), 2); };
 BAD("sort", "sort of a scalar along axis 1", Expect::invalid_argument, "axis 1") { (void)sort(dev({}), 1); };
 BAD("sort", "cumsum of a scalar along axis -2", Expect::invalid_argument, "axis -2") { (void)cumsum(dev({}), -2); };
 DEFINED("sort", "cumsum of a scalar along axis -1") {
@@ -271,7 +272,15 @@ BAD("random", "a Philox draw past the end of the stream", Expect::invalid_argume
 BAD("random", "normal with a negative stddev", Expect::invalid_argument, "stddev") { normal_fill(dev({4}), 1, 0, 0.0, -1.0); };
 BAD("random", "normal with a NaN mean", Expect::invalid_argument, "finite") { normal_fill(dev({4}), 1, 0, std::nan(""), 1.0); };
 BAD("random", "a fill of host memory", Expect::invalid_argument, "host memory") { uniform_fill(host({4}), 1); };
-BAD("random", "a fill of a strided view", Expect::invalid_argument, "contiguous") { uniform_fill(dev({4, 4}).transpose(0, 1), 1); };
+BAD("random", "a fill of a broadcast view", Expect::invalid_argument, "more than one index") {
+    uniform_fill(dev({4, 1}).expand({4, 4}), 1);
+};
+DEFINED("random", "a fill of a transposed view is the fill of its shape, in its order") {
+    const auto t = dev({3, 5}), dense = dev({5, 3});
+    uniform_fill(t.transpose(0, 1), 8);
+    uniform_fill(dense, 8);
+    expect(t.to_vector() == dense.transpose(0, 1).contiguous().to_vector(), "the transposed fill");
+};
 BAD("random", "a fill of an undefined tensor", Expect::invalid_argument, "undefined") { uniform_fill(Tensor<float>{}, 1); };
 BAD("random", "Philox uniform with lo > hi", Expect::invalid_argument, "lo <= hi") { (void)Philox(1).uniform<float>({4}, 1.0, 0.0); };
 DEFINED("random", "uniform with lo == hi is constant") {

@@ -305,6 +305,12 @@ BAD("handles", "record on a moved-from Event", Expect::invalid_argument, "moved 
     Event f(std::move(e));
     e.record(Stream());
 };
+BAD("handles", "record on an Event moved from by assignment", Expect::invalid_argument, "moved from") {
+    Event e, f;
+    f = std::move(e);  // e held f's old event when the assignment swapped them
+    expect(f.valid() && !e.valid(), "the assigned-to event valid, the moved-from one not");
+    e.record(Stream());
+};
 BAD("handles", "query of a moved-from Event", Expect::invalid_argument, "Event::query") {
     Event e;
     Event f(std::move(e));

@@ -45,5 +45,15 @@ void poison_next(const Shape& s, int byte = 0xFF) {
     Tensor<T> p = empty<T>(s);
     rt::memset_async(p.data(), byte, std::size_t(p.numel()) * sizeof(T), current_stream(p.device()).handle());
 }
+// The same for the next several allocations, held at once so that each takes a block of its own: an
+// op that copies an input first (a strided weight) allocates that copy before its output.
+template <class T>
+void poison_next_all(const std::vector<Shape>& shapes, int byte = 0xFF) {
+    std::vector<Tensor<T>> held;
+    for (const Shape& s : shapes) {
+        held.push_back(empty<T>(s));
+        rt::memset_async(held.back().data(), byte, std::size_t(held.back().numel()) * sizeof(T), current_stream(held.back().device()).handle());
+    }
+}
 
 }  // namespace tessel::testing

@@ -80,6 +80,8 @@ TEST_CASE("views read the right elements, on the device and on the host", "[tens
         check(t.slice(0, -3, 5), [&](auto& i) { return ref.at(2 + i[0], i[1], i[2]); }, "slice(0, -3, 5)");
         check(t.select(2, 1), [&](auto& i) { return ref.at(i[0], i[1], 1); }, "select(2, 1)");
         check(t.permute({2, 0, 1}), [&](auto& i) { return ref.at(i[1], i[2], i[0]); }, "permute(2, 0, 1)");
+        const std::vector<int> order{-1, 0, 1};  // dims known at run time, negative counted from the end
+        check(t.permute(order), [&](auto& i) { return ref.at(i[1], i[2], i[0]); }, "permute(vector{-1, 0, 1})");
         check(t.transpose(0, 1), [&](auto& i) { return ref.at(i[1], i[0], i[2]); }, "transpose(0, 1)");
         check(t.narrow(1, 2, 3).select(0, 4), [&](auto& i) { return ref.at(4, 2 + i[0], i[1]); }, "narrow then select");
         check(t.select(1, 3).unsqueeze(1).expand({Block3::A, 4, Block3::C}),

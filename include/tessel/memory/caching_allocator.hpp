@@ -37,10 +37,13 @@ public:
         TESSEL_CUDA_CHECK(rt::api::cudaGetDevice(&dev));
         check_stream(bytes, stream, dev);
         // No device has 2^50 bytes (1 PiB); beyond that the size arithmetic (rounding, statistics) would wrap.
-        if (bytes > kLargestRequest)
+        if (bytes > kLargestRequest) {
+            if (backend_ == Backend::async) async(dev).count_oom();
+            else device(dev).count_oom();
             fail<OutOfMemoryError>("out of memory on device ", dev, ": tried to allocate ", bytes,
                                    " bytes, more than any device holds (the limit is ", kLargestRequest,
                                    " bytes); check the size computation, or split the work into smaller tensors");
+        }
         if (backend_ == Backend::async) {
             void* p = async(dev).allocate(bytes, stream);
             std::lock_guard lk(map_m_);

@@ -69,6 +69,12 @@ public:
     DeviceCachingAllocator(const DeviceCachingAllocator&) = delete;
     DeviceCachingAllocator& operator=(const DeviceCachingAllocator&) = delete;
 
+    // Counts an OutOfMemoryError thrown before the request reached this device's memory (a size no
+    // device holds: CachingAllocator's kLargestRequest).
+    void count_oom() {
+        std::lock_guard lk(m_);
+        ++stats_.num_ooms;
+    }
     // A block of at least `bytes` for use on `stream`. Throws OutOfMemoryError when even an empty
     // cache leaves too little device memory.
     Block* malloc(std::size_t bytes, rt::stream_t stream) {

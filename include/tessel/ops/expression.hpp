@@ -447,6 +447,41 @@ auto division_operand(const X& x) {
     }
 }
 
+// Whether a number of type X, converted into the integer result type R of its operation, must be
+// checked against R's range (an integer number with an integer result: converting would wrap).
+template <class R, class X>
+inline constexpr bool integer_number_into = number<X> && std::is_integral_v<X> && !std::is_same_v<X, bool> && std::is_integral_v<R> &&
+                                            !std::is_same_v<R, bool>;
+// A number bound of an integer clamp (lower: of maximum(x, b)), brought into the result type R:
+// outside it, a bound would wrap when converted (clamp(u8, -5, 10) would clamp every element to 10,
+// maximum(u8, -1) give 255), while the nearest value in range bounds exactly as the number itself
+// would. A lower bound above the range (or an upper one below it) has no such value: an error, as
+// in torch. `op` and `what` name it in the message ("clamp", "lower bound").
+template <class R, class Bound>
+auto clamp_bound(const Bound& b, bool lower, const char* op, const char* what) {
+    if constexpr (!integer_number_into<R, Bound>) {
+        return b;
+    } else {
+        using L = std::numeric_limits<R>;
+        const auto v = +b;  // a character type widens to int (the std::cmp_* functions refuse char types)
+        require(lower ? std::cmp_less_equal(v, L::max()) : std::cmp_greater_equal(v, L::min()), op, ": the ", what, " ", v, " is ",
+                lower ? "above" : "below", " every value of ", dtype_traits<R>::name, " [", +L::min(), ", ", +L::max(),
+                "]; cast the operand to a wider type first (cast_to<T>)");
+        return std::cmp_less(v, L::min()) ? L::min() : std::cmp_greater(v, L::max()) ? L::max() : R(v);
+    }
+}
+// An operand of maximum / minimum: an integer number bounds the integer operand exactly (above).
+template <class Op, class Other, class X>
+auto extremum_operand(const X& x) {
+    if constexpr (number<X>) {
+        using R = promote_t<Other, operand_dtype_t<X>>;
+        constexpr bool is_max = std::is_same_v<Op, Maximum>;
+        return as_node<Other>(clamp_bound<R>(x, is_max, is_max ? "maximum" : "minimum", "number"));
+    } else {
+        return as_node<Other>(x);
+    }
+}
+
 template <class Op, class A, class B>
 auto make_binary(Op op, const A& a, const B& b) {
     static_assert(!(std::is_same_v<Op, Sub> && std::is_same_v<operand_dtype_t<A>, bool> && std::is_same_v<operand_dtype_t<B>, bool>),
@@ -459,6 +494,10 @@ auto make_binary(Op op, const A& a, const B& b) {
         auto l = division_operand<operand_dtype_t<B>>(a);
         auto r = division_operand<operand_dtype_t<A>>(b);
         return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
+    } else if constexpr (std::is_same_v<Op, Maximum> || std::is_same_v<Op, Minimum>) {
+        auto l = extremum_operand<Op, operand_dtype_t<B>>(a);
+        auto r = extremum_operand<Op, operand_dtype_t<A>>(b);
+        return Binary<Op, decltype(l), decltype(r)>(op, std::move(l), std::move(r));
     } else {
         auto l = as_node<operand_dtype_t<B>>(a);
         auto r = as_node<operand_dtype_t<A>>(b);
@@ -466,11 +505,6 @@ auto make_binary(Op op, const A& a, const B& b) {
     }
 }
 
-// Whether a number of type X, converted into the integer result type R of its operation, must be
-// checked against R's range (an integer number with an integer result: converting would wrap).
-template <class R, class X>
-inline constexpr bool integer_number_into = number<X> && std::is_integral_v<X> && !std::is_same_v<X, bool> && std::is_integral_v<R> &&
-                                            !std::is_same_v<R, bool>;
 template <class Op, class A>
 auto make_unary(Op op, const A& a) {
     static_assert(!(std::is_same_v<Op, Negate> && std::is_same_v<operand_dtype_t<A>, bool>),
@@ -591,28 +625,25 @@ auto where(const Cond& cond, const A& a, const B& b) {
     auto y = ops::as_node<ops::operand_dtype_t<A>>(b);
     return ops::Where<decltype(c), decltype(x), decltype(y)>(std::move(c), std::move(x), std::move(y));
 }
+// cond ? a : b with two numbers: a tensor's worth of torch's default types (torch.where(mask, 1.0,
+// 0.0) is float32; two integers give int64, two bools bool), so the result can be evaluated alone.
+template <class Cond, ops::number A, ops::number B>
+    requires(ops::node<Cond> || ops::is_tensor<Cond>)
+auto where(const Cond& cond, A a, B b) {
+    using W = ops::promote_t<ops::operand_dtype_t<A>, ops::operand_dtype_t<B>>;
+    using R = std::conditional_t<std::is_same_v<W, ops::weak_float>, float, std::conditional_t<std::is_same_v<W, ops::weak_int>, std::int64_t, W>>;
+    auto scalar = [](auto v) {
+        if constexpr (ops::integer_number_into<R, decltype(v)>)
+            require(std::in_range<R>(+v), "where: the value ", +v, " does not fit int64, the type of where with two integer numbers");
+        return ops::Scalar<R, ops::compute_t<R>>(static_cast<ops::compute_t<R>>(v));
+    };
+    return where(cond, scalar(a), scalar(b));
+}
 namespace ops {
 // The type clamp(x, lo, hi) computes and returns in: x's promoted with both bounds' (a floating or
 // wider bound widens it, as in torch: clamp(u8, -5.5, -1) is float32 -1).
 template <class X, class Lo, class Hi>
 using clamp_result_t = promote_t<promote_t<operand_dtype_t<X>, operand_dtype_t<Lo>>, operand_dtype_t<Hi>>;
-// A number bound of an integer clamp, brought into the result type R: outside it, a bound would wrap
-// when converted (clamp(u8, -5, 10) would clamp every element to 10), while the nearest value in
-// range clamps exactly as the bound itself would. A lower bound above the range (or an upper one
-// below it) has no such value: an error, as in torch.
-template <class R, class Bound>
-auto clamp_bound(const Bound& b, bool lower) {
-    if constexpr (!integer_number_into<R, Bound>) {
-        return b;
-    } else {
-        using L = std::numeric_limits<R>;
-        const auto v = +b;  // a character type widens to int (the std::cmp_* functions refuse char types)
-        require(lower ? std::cmp_less_equal(v, L::max()) : std::cmp_greater_equal(v, L::min()), "clamp: the ", lower ? "lower" : "upper",
-                " bound ", v, " is ", lower ? "above" : "below", " every value of ", dtype_traits<R>::name, " [", +L::min(), ", ", +L::max(),
-                "]; cast the operand to a wider type first (cast_to<T>)");
-        return std::cmp_less(v, L::min()) ? L::min() : std::cmp_greater(v, L::max()) ? L::max() : R(v);
-    }
-}
 }  // namespace ops
 
 // min(max(x, lo), hi), in x's type promoted with the bounds' (x converted first when they widen it,
@@ -622,9 +653,9 @@ template <class X, class Lo, class Hi>
 auto clamp(const X& x, const Lo& lo, const Hi& hi) {
     using R = ops::clamp_result_t<X, Lo, Hi>;
     if constexpr (std::is_same_v<R, ops::operand_dtype_t<X>>)
-        return minimum(maximum(x, ops::clamp_bound<R>(lo, true)), ops::clamp_bound<R>(hi, false));
+        return minimum(maximum(x, ops::clamp_bound<R>(lo, true, "clamp", "lower bound")), ops::clamp_bound<R>(hi, false, "clamp", "upper bound"));
     else
-        return minimum(maximum(cast_to<R>(x), ops::clamp_bound<R>(lo, true)), ops::clamp_bound<R>(hi, false));
+        return minimum(maximum(cast_to<R>(x), ops::clamp_bound<R>(lo, true, "clamp", "lower bound")), ops::clamp_bound<R>(hi, false, "clamp", "upper bound"));
 }
 
 }  // namespace tessel

@@ -246,31 +246,42 @@ Tensor<matmul_result_t<T>> matmul(const Tensor<T>& a, const Tensor<T>& b, const 
 // torch.nn.functional.linear with the activation fused: activation(x @ weight^T + bias), x of shape
 // [..., in], weight [out, in] (read through its transpose: cuBLAS and the tensor-core kernel take it
 // as it lies; the SIMT kernel, exact fp32 and fp64 on the hand-written path, takes rows only and so
-// reads a copy), bias [out] (any strides: one that is not contiguous is copied first, as torch takes it).
+// reads a copy), bias [out] or 0-d (any strides: one that is not contiguous is copied first, as
+// torch takes it). A 1-d weight [in] is one output feature that the result drops ([..., in] ->
+// [...], its bias 0-d), as in torch.
 template <Element T>
 Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_identity_t<std::optional<Tensor<T>>>& bias = std::nullopt,
                  Activation activation = Activation::none, const MatmulOptions& options = {},
                  std::source_location site = std::source_location::current()) {
     static_assert(!std::is_same_v<T, std::int8_t> && !ops::detail::fp8_type<T>, "linear of int8 or fp8 tensors: call matmul(x, weight.transpose(0, 1), out, options, "
                   "epilogue) with an int8, fp32, bf16 or fp16 out and the epilogue's scales and bias");
-    require(weight.defined() && weight.dim() == 2, "linear: the weight must be a 2-d tensor [out_features, in_features], not shape ",
-            ::tessel::detail::shape_of(weight));
-    require(x.defined() && x.dim() >= 1 && x.shape()[x.dim() - 1] == weight.shape()[1], "linear: the input's last dim must be the "
-            "weight's in_features (", weight.shape()[1], "); the input has shape ", ::tessel::detail::shape_of(x));
+    require(weight.defined() && (weight.dim() == 2 || weight.dim() == 1), "linear: the weight must be a 2-d tensor [out_features, "
+            "in_features] or a 1-d one [in_features], not shape ", ::tessel::detail::shape_of(weight));
+    const std::int64_t in_features = weight.shape()[weight.dim() - 1];
+    require(x.defined() && x.dim() >= 1 && x.shape()[x.dim() - 1] == in_features, "linear: the input's last dim must be the "
+            "weight's in_features (", in_features, "); the input has shape ", ::tessel::detail::shape_of(x));
+    if (weight.dim() == 1) {
+        if (bias)
+            require(bias->defined() && bias->dim() == 0, "linear: with a 1-d weight (one output feature) the bias must be 0-d, not shape ",
+                    ::tessel::detail::shape_of(*bias));
+        const Tensor<T> y = linear(x, weight.unsqueeze(0), bias ? std::optional(bias->unsqueeze(0)) : std::nullopt, activation, options, site);
+        return y.squeeze(y.dim() - 1);
+    }
     // Named here as linear's arguments; matmul would call them b and the bias of a product.
     auto in_host = [](const Tensor<T>& t) { return t.space() != MemorySpace::device && t.space() != MemorySpace::managed; };
     require(!in_host(x) && !in_host(weight), "linear: the ", in_host(x) ? "input" : "weight", " is in host memory; move it to the device "
-            "with .to(Device{...}) first");
+            "with .to(TensorOptions{.device = ...}) first");
     require(x.device() == weight.device(), "linear: the input is on device ", x.device().index, " and the weight on device ",
             weight.device().index, "; move one of them (.to(TensorOptions{.device = ...}))");
     MatmulEpilogue<T> e{.bias = bias, .bias_per_row = false, .activation = activation};
     if (bias) {
-        require(bias->defined() && bias->dim() == 1 && bias->numel() == weight.shape()[0], "linear: the bias must be a 1-d tensor of "
-                "out_features (", weight.shape()[0], ") elements, not shape ", ::tessel::detail::shape_of(*bias));
-        require(!in_host(*bias), "linear: the bias is in host memory; move it to the device with .to(Device{...}) first");
+        require(bias->defined() && (bias->dim() == 0 || (bias->dim() == 1 && bias->numel() == weight.shape()[0])), "linear: the bias "
+                "must be a 1-d tensor of out_features (", weight.shape()[0], ") elements or 0-d, not shape ", ::tessel::detail::shape_of(*bias));
+        require(!in_host(*bias), "linear: the bias is in host memory; move it to the device with .to(TensorOptions{.device = ...}) first");
         require(bias->device() == x.device(), "linear: the bias is on device ", bias->device().index, " and the input on device ",
                 x.device().index);
-        if (!bias->is_contiguous()) e.bias = bias->contiguous(options.stream ? *options.stream : current_stream(x.device()).handle());
+        const Tensor<T> b = bias->dim() == 0 ? bias->unsqueeze(0).expand({weight.shape()[0]}) : *bias;
+        e.bias = b.is_contiguous() ? b : b.contiguous(options.stream ? *options.stream : current_stream(x.device()).handle());
     }
     return matmul(x, weight.transpose(0, 1), options, e, site);
 }

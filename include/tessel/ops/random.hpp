@@ -14,7 +14,8 @@
 
 namespace tessel {
 
-// Fills contiguous `t` with values offset .. offset + numel - 1 of stream `seed`: uniform in [lo, hi).
+// Fills `t` with values offset .. offset + numel - 1 of stream `seed` (a view: in its row-major
+// order): uniform in [lo, hi).
 template <Element T>
 void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset = 0, double lo = 0.0, double hi = 1.0,
                   std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current());
@@ -29,13 +30,23 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
                  std::optional<rt::stream_t> stream, std::source_location site) {
     static_assert(is_float_type<T>, "random fills produce floating-point tensors");
     require(t.defined(), name, ": the tensor is undefined (default-constructed)");
-    require(t.is_contiguous() && (t.space() == MemorySpace::device || t.space() == MemorySpace::managed), name,
-            ": needs a contiguous device or managed tensor, got ", space_name(t.space()), " memory, shape ", t.shape(),
-            ", strides ", t.strides());
+    require(t.space() == MemorySpace::device || t.space() == MemorySpace::managed, name, ": needs a device or managed tensor, got ",
+            space_name(t.space()), " memory; fill a device tensor and copy it (copy_)");
     const std::uint64_t n = std::uint64_t(t.numel());
     if (n == 0) return;
     const Device device = t.device();
     DeviceGuard guard(device);
+    if (!t.is_contiguous()) {
+        // A view takes the values a contiguous tensor of its shape would, in its row-major order,
+        // filled on the op's stream and copied in (torch's uniform_ of a view draws in place).
+        require(::tessel::detail::distinct_elements(t.layout()), name, ": the tensor (shape ", t.shape(), ", strides ", t.strides(),
+                ") reaches some elements through more than one index (a broadcast or overlapping view); fill a tensor whose elements are distinct");
+        const rt::stream_t s = stream_for(name, stream, device);
+        const Tensor<T> dense = empty<T>(t.shape(), TensorOptions{.device = device, .stream = s, .non_blocking = true});
+        random_fill<D>(name, dense, seed, offset, a, b, s, site);
+        t.copy_(dense, s);
+        return;
+    }
     constexpr std::uint64_t per_block = kernels::values_per_block<T>;
     require(offset <= std::numeric_limits<std::uint64_t>::max() - per_block - n, name, ": values ", offset, " .. ", offset,
             " + ", n, " pass the end of the stream's 2^64 values; start at a smaller offset or take another seed");

@@ -214,7 +214,7 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     const std::int64_t cols = x.shape()[last], rows = cols == 0 ? 0 : x.numel() / cols;
     if (rows == 0) return out;
     // Rows and columns are counted in 32 bits, element offsets in 64: [8192, 262144] logits (2^31
-    // elements) are fine; only a dim of 2^31 or more is refused.
+    // elements) are fine; 2^31 - 1 or more rows (the other dims' product) or columns are refused.
     require(rows < std::numeric_limits<std::int32_t>::max() && cols < std::numeric_limits<std::int32_t>::max(), name, ": ", rows,
             " rows of ", cols, "; row kernels count rows and columns with 32 bits (split the tensor)");
     using I = std::uint32_t;
@@ -294,15 +294,24 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
     return out;
 }
 
+// A layer_norm/rms_norm weight or bias checked against x; one that is not contiguous (a strided
+// view, an expanded 0-d tensor) is copied on the op's stream first, as torch takes it.
 template <Element T>
-const T* parameter(const char* name, const char* what, const std::optional<Tensor<T>>& p, const Tensor<T>& x) {
-    if (!p) return nullptr;
+std::optional<Tensor<T>> parameter(const char* name, const char* what, const std::optional<Tensor<T>>& p, const Tensor<T>& x,
+                                   std::optional<rt::stream_t> stream) {
+    if (!p) return std::nullopt;
     const std::int64_t cols = x.shape()[x.dim() - 1];
-    require(p->dim() == 1 && p->numel() == cols && p->is_contiguous(), name, ": ", what, " must be a contiguous 1-d tensor of ",
-            cols, " elements (the last dim of ", x.shape(), "), not shape ", p->shape());
+    require(p->defined() && p->dim() == 1 && p->numel() == cols, name, ": ", what, " must be a 1-d tensor of ", cols,
+            " elements (the last dim of ", x.shape(), "), not shape ", ::tessel::detail::shape_of(*p));
     require(p->device() == x.device() && (p->space() == MemorySpace::device || p->space() == MemorySpace::managed), name, ": ",
             what, " must be in device memory on the input's device");
-    return p->data();
+    if (p->is_contiguous()) return p;
+    return p->contiguous(stream_for(name, stream, p->device()));
+}
+// The data of a checked parameter, or null for none.
+template <Element T>
+const T* data_or_null(const std::optional<Tensor<T>>& p) {
+    return p ? p->data() : nullptr;
 }
 
 }  // namespace detail
@@ -330,8 +339,9 @@ Tensor<T> layer_norm(const Tensor<T>& x, const std::type_identity_t<std::optiona
     using C = ops::detail::row_compute_t<T>;
     require(x.defined() && x.dim() > 0, "layer_norm: needs a defined tensor of at least one dim");
     require(std::isfinite(eps) && eps >= 0, "layer_norm: eps ", eps, " must be finite and not negative");
-    const ops::LayerNormRow<T, C> op{ops::detail::parameter("layer_norm", "weight", weight, x),
-                                     ops::detail::parameter("layer_norm", "bias", bias, x), C(eps)};
+    const auto w = ops::detail::parameter("layer_norm", "weight", weight, x, stream);
+    const auto b = ops::detail::parameter("layer_norm", "bias", bias, x, stream);
+    const ops::LayerNormRow<T, C> op{ops::detail::data_or_null(w), ops::detail::data_or_null(b), C(eps)};
     return ops::detail::normalize_rows("layer_norm", x, -1, op, stream, site);
 }
 // RMS normalisation over the last dim: x / sqrt(mean(x^2) + eps) * weight.
@@ -341,7 +351,8 @@ Tensor<T> rms_norm(const Tensor<T>& x, const std::type_identity_t<std::optional<
     using C = ops::detail::row_compute_t<T>;
     require(x.defined() && x.dim() > 0, "rms_norm: needs a defined tensor of at least one dim");
     require(std::isfinite(eps) && eps >= 0, "rms_norm: eps ", eps, " must be finite and not negative");
-    const ops::RmsNormRow<T, C> op{ops::detail::parameter("rms_norm", "weight", weight, x), C(eps)};
+    const auto w = ops::detail::parameter("rms_norm", "weight", weight, x, stream);
+    const ops::RmsNormRow<T, C> op{ops::detail::data_or_null(w), C(eps)};
     return ops::detail::normalize_rows("rms_norm", x, -1, op, stream, site);
 }
 

@@ -70,18 +70,18 @@ void require_sortable(const char* name, const Tensor<T>& x) {
 
 // x with `axis` moved last (rows of the last dim), as a view.
 template <Element T>
-Tensor<T> rows_view(const Tensor<T>& x, int axis, rt::stream_t stream) {
+Tensor<T> rows_view(const char* name, const Tensor<T>& x, int axis, rt::stream_t stream) {
     // A scalar has the axes 0 and -1, as in PyTorch (and tessel's transpose and squeeze).
     const int rank = std::max(x.dim(), 1);
     const int a = axis < 0 ? axis + rank : axis;
-    require(a >= 0 && a < rank, "axis ", axis, " out of range for shape ", x.shape());
+    require(a >= 0 && a < rank, name, ": axis ", axis, " out of range for shape ", x.shape());
     if (x.dim() == 0) return x.reshape({1}, stream);
     return a == x.dim() - 1 ? x : x.transpose(a, x.dim() - 1);
 }
 // The same as a contiguous tensor (x itself where it already is one).
 template <Element T>
-Tensor<T> rows_of(const Tensor<T>& x, int axis, rt::stream_t stream) {
-    return rows_view(x, axis, stream).to(TensorOptions{.device = x.device(), .stream = stream, .non_blocking = true});
+Tensor<T> rows_of(const char* name, const Tensor<T>& x, int axis, rt::stream_t stream) {
+    return rows_view(name, x, axis, stream).to(TensorOptions{.device = x.device(), .stream = stream, .non_blocking = true});
 }
 // Undoes rows_of for a result r of the same shape: the last axis goes back to `axis` of a tensor of rank `rank`.
 template <Element T>
@@ -127,24 +127,22 @@ auto radix_key(T v, bool descending) {
 }
 #endif
 
-}  // namespace ops::detail
-
-// x sorted along `axis` (stable), with the original positions.
+// sort and argsort, which `name` names in errors.
 template <Element T>
-Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<rt::stream_t> stream_opt = {}) {
-    ops::detail::require_sortable("sort", x);
-    const rt::stream_t stream = stream_for("sort", stream_opt, x.device());
+Sorted<T> sort_along(const char* name, const Tensor<T>& x, int axis, bool descending, std::optional<rt::stream_t> stream_opt) {
+    ops::detail::require_sortable(name, x);
+    const rt::stream_t stream = stream_for(name, stream_opt, x.device());
     DeviceGuard guard(x.device());
     Tensor<T> in;
     if constexpr (ops::is_float_type<T>) {
         // Radix order puts a NaN with the sign bit set (x86's 0/0, or -nan) before -inf; torch puts
         // every NaN last (first descending). The copy into rows makes each NaN the positive quiet
         // NaN, whose place is that on both backends: one pass, as the plain copy would be.
-        const Tensor<T> rows = ops::detail::rows_view(x, axis, stream);
+        const Tensor<T> rows = ops::detail::rows_view(name, x, axis, stream);
         in = empty<T>(rows.shape(), {.device = x.device(), .stream = stream});
         (in = where(isnan(rows), std::numeric_limits<double>::quiet_NaN(), rows)).run(stream);
     } else {
-        in = ops::detail::rows_of(x, axis, stream);
+        in = ops::detail::rows_of(name, x, axis, stream);
     }
     const std::int64_t cols = in.dim() ? in.shape()[in.dim() - 1] : 1, n = in.numel(), rows = cols ? n / cols : 0;
     Tensor<T> keys = empty<T>(in.shape(), {.device = x.device(), .stream = stream});
@@ -190,11 +188,17 @@ Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::
     }
     return {ops::detail::rows_back(keys, x.dim(), axis, stream), ops::detail::rows_back(idx, x.dim(), axis, stream)};
 }
+}  // namespace ops::detail
 
+// x sorted along `axis` (stable), with the original positions.
+template <Element T>
+Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<rt::stream_t> stream = {}) {
+    return ops::detail::sort_along("sort", x, axis, descending, stream);
+}
 // The positions that sort x along `axis` (stable).
 template <Element T>
 Tensor<std::int64_t> argsort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<rt::stream_t> stream = {}) {
-    return sort(x, axis, descending, stream).indices;
+    return ops::detail::sort_along("argsort", x, axis, descending, stream).indices;
 }
 
 namespace ops::detail {
@@ -205,7 +209,7 @@ auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<rt::stre
     require(x.defined() && (x.space() == MemorySpace::device || x.space() == MemorySpace::managed), name, ": needs a device tensor");
     const rt::stream_t stream = stream_for(name, stream_opt, x.device());
     DeviceGuard guard(x.device());
-    const Tensor<T> in = rows_of(x, axis, stream);
+    const Tensor<T> in = rows_of(name, x, axis, stream);
     Tensor<Acc> acc = evaluate(cast_to<Acc>(in), stream);
     const std::int64_t cols = in.shape()[in.dim() - 1], n = in.numel();
     if (n > 0) {

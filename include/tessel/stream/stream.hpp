@@ -141,10 +141,15 @@ public:
         if (event_) (void)rt::api::cudaEventDestroy(event_);
     }
     Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)), device_(o.device_), timing_(o.timing_) {}
+    // This event's own is destroyed, and `o` holds none afterwards (valid() false), as after a move
+    // construction (a swap left it holding this one's, attributed to its own device).
     Event& operator=(Event&& o) noexcept {
-        std::swap(event_, o.event_);
-        device_ = o.device_;
-        timing_ = o.timing_;
+        if (this != &o) {
+            if (event_) (void)rt::api::cudaEventDestroy(event_);
+            event_ = std::exchange(o.event_, nullptr);
+            device_ = o.device_;
+            timing_ = o.timing_;
+        }
         return *this;
     }
     Event(const Event&) = delete;

@@ -108,6 +108,7 @@ public:
     Tensor narrow(int d, std::int64_t start, std::int64_t length) const { return with(layout_.narrow(d, start, length)); }
     Tensor select(int d, std::int64_t index) const { return with(layout_.select(d, index)); }
     Tensor permute(std::initializer_list<int> dims) const { return with(layout_.permute(dims)); }
+    Tensor permute(std::span<const int> dims) const { return with(layout_.permute(dims)); }  // dims computed at run time
     Tensor transpose(int d0, int d1) const { return with(layout_.transpose(d0, d1)); }
     Tensor unsqueeze(int d) const { return with(layout_.unsqueeze(d)); }
     Tensor squeeze() const { return with(layout_.squeeze()); }
@@ -423,8 +424,9 @@ void for_each_offset(const Layout& l, F&& f) {
 }
 
 // copy_to_contiguous (below) once the copy's ordering is settled: one copy for contiguous sources,
-// the device_gather kernel for strided device views on the stream's device, otherwise a gather on
-// the host from a copy of the memory the source's layout spans.
+// the device_gather kernel for strided device views on the stream's device (into a device buffer
+// first where the destination is host memory), otherwise a gather on the host from a copy of the
+// memory the source's layout spans.
 template <Element T>
 void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
                             bool non_blocking) {
@@ -450,6 +452,22 @@ void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& ds
         gather(src.data(), src.layout(), dst_data, sizeof(T), stream, stream_device);
         if (!may_return_early) rt::stream_synchronize(stream);
         return;
+    }
+    if (const DeviceGatherFn gather = device_gather.load(); gather && !src_host && dst_host && src.device() == stream_device) {
+        // A device view bound for the host is gathered on the device first, as torch's .cpu() of a
+        // view is: the copy then carries its elements, not every byte its layout spans (a corner
+        // of a [64, 4096, 4096] float tensor spans 128 MiB).
+        std::optional<Tensor<T>> packed;
+        try {
+            packed = empty<T>(src.shape(), TensorOptions{.device = stream_device, .stream = stream, .non_blocking = true});
+        } catch (const OutOfMemoryError&) {  // a full device: the host gathers instead (below)
+        }
+        if (packed) {
+            gather(src.data(), src.layout(), packed->data(), sizeof(T), stream, stream_device);
+            rt::memcpy_async(dst_data, packed->data(), std::size_t(n) * sizeof(T), stream);
+            rt::stream_synchronize(stream);
+            return;
+        }
     }
     const auto extent = *src.layout().extent();
     const T* base = static_cast<const T*>(src.storage()->data());
