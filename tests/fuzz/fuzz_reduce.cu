@@ -62,7 +62,7 @@ Op random_op(Rng& r) {
 // Calls reduction `op` (one of Plan<T>'s, known at compile time through Ops) on x, a tensor or an
 // expression, and passes the result to f.
 template <class T, bool Fused, class X, class F>
-void call(Op op, const X& x, const Axes& axes, bool keepdim, std::int64_t correction, std::optional<rt::stream_t> s, F&& f) {
+void call(Op op, const X& x, const Axes& axes, bool keepdim, double correction, std::optional<rt::stream_t> s, F&& f) {
     constexpr unsigned ops = Fused ? bit(Plan<T>::fused) : Plan<T>::ops;
     switch (op) {
         case Op::sum: if constexpr (bool(ops & bit(Op::sum))) return f(sum(x, axes, keepdim, s)); break;
@@ -126,7 +126,7 @@ struct Expected {
 };
 
 template <class T, class Out>
-Expected reference(Op op, const std::vector<double>& v, std::int64_t correction, double element_slack) {
+Expected reference(Op op, const std::vector<double>& v, double correction, double element_slack) {
     using Acc = ops::reduce_acc_t<T>;
     using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const double ua = roundoff<Acc>(), uf = roundoff<F>();
@@ -179,7 +179,7 @@ Expected reference(Op op, const std::vector<double>& v, std::int64_t correction,
             const long double mean = K ? s / K : 0;
             long double m2 = 0;
             for (double x : v) m2 += (x - mean) * (x - mean);
-            const std::int64_t denom = K - correction;
+            const double denom = double(K) - correction;
             // torch divides by max(0, K - correction): m2 / 0 is inf, or NaN when m2 is 0.
             const double var = denom > 0 ? double(m2 / denom) : m2 > 0 ? HUGE_VAL : std::nan("");
             const double tol = denom > 0 ? 4 * double(K) * uf * double(sq) / double(denom) : 0;
@@ -218,7 +218,7 @@ Expected reference(Op op, const std::vector<double>& v, std::int64_t correction,
 // Checks result `r` of `op` over the elements `values` (row-major, of shape `shape`).
 template <class T, class Out>
 void check_reduction(Step& st, Op op, const Tensor<Out>& r, const std::vector<double>& values, const Dims& shape,
-                     const std::vector<int>& axes, bool keepdim, std::int64_t correction, double element_slack) {
+                     const std::vector<int>& axes, bool keepdim, double correction, double element_slack) {
     const ref::Groups g = ref::reduction_groups(shape, axes, keepdim);
     check_shape(op_name(op), r.shape(), g.out_shape);
     const std::size_t m = g.members.size();
@@ -276,7 +276,7 @@ void valid_step(Step& st) {
     if (needs_elements(op) && no_elements) return;
     Values values = Values(st.rng.weighted({4, 3, 1, 1, 1}));
     if (op == Op::prod) values = Values::near_one;
-    const std::int64_t correction = st.rng.between(0, 2);
+    const double correction = double(st.rng.between(0, 2)) + (st.rng.chance(0.25) ? 0.5 : 0.0);  // torch takes fractions too
     st.op = std::string(op_name(op)) + (fused ? " of a * b" : "");
     // Fused: one operand has the full shape, so the expression's shape is `shape` and the axes apply.
     const bool x_full = !fused || st.rng.chance(0.5);

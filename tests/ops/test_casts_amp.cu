@@ -395,6 +395,21 @@ TEST_CASE("arange of int64 is exact beyond 2^53, on the device and the host", "[
     // A last value of 2^63 + 1024 is beyond int64, though in doubles it rounds to 2^63 and passed.
     CHECK_THROWS_WITH(arange<std::int64_t>(0x1p63 - 1024, 0x1p63 + 2048, 1024), Catch::Contains("beyond the range of int64"));
     CHECK_THROWS_WITH(arange<std::int64_t>(0x1p63, 0x1p63 + 2048, 1024), Catch::Contains("beyond the range of int64"));
+    // Integer numbers that are no doubles: counted and stepped in integers (through doubles,
+    // 2^53 + 1 would be 2^53, and the first range 8 elements from 2^53).
+    constexpr std::int64_t big = (std::int64_t(1) << 53) + 1, top = std::numeric_limits<std::int64_t>::max();
+    for (MemorySpace space : {MemorySpace::device, MemorySpace::host}) {
+        INFO(space_name(space));
+        if (space == MemorySpace::device) testing::poison_next<std::int64_t>({7}, 0x5A);
+        CHECK(arange<std::int64_t>(big, big + 7, 1, {.space = space}).to_vector() ==
+              std::vector<std::int64_t>{big, big + 1, big + 2, big + 3, big + 4, big + 5, big + 6});
+        CHECK(arange<std::int64_t>(top, top - 10, -4, {.space = space}).to_vector() == std::vector<std::int64_t>{top, top - 4, top - 8});
+        CHECK(arange<std::int64_t>(-top, -top + 5, top, {.space = space}).to_vector() == std::vector<std::int64_t>{-top});
+        CHECK(arange<std::int64_t>(big, big - 3, 2, {.space = space}).numel() == 0);  // the step leads away from stop
+    }
+    CHECK_THROWS_WITH(arange<std::int64_t>(0ull, ~0ull), Catch::Contains("must be int64 values"));
+    CHECK_THROWS_WITH(arange<std::int64_t>(-top, top, 1), Catch::Contains("more elements than a tensor can index"));
+    CHECK(arange<std::int32_t>(3, 10, 3).to_vector() == std::vector<std::int32_t>{3, 6, 9});  // small integers: the double path
 }
 
 // to<U>() returns with its kernel queued; the source, allocated on another stream and dropped at
@@ -579,6 +594,16 @@ TEMPLATE_TEST_CASE("unscale_and_check scales every element of aligned and unalig
         INFO("NaN in tensor " << k << " at " << at);
         CHECK(found_with(grads, k, at, T(std::numeric_limits<float>::quiet_NaN())) == 1);
     }
+}
+
+TEST_CASE("double gradients are unscaled in double, as torch's", "[ops][amp]") {
+    // Through float, 1 + 2^-40 would come back 1, 1e-300 0, and 1e300 as inf (a false overflow).
+    const std::vector<double> values = {1 + 0x1p-40, 1e-300, 1e300, -3.25, 0x1p-1060};
+    std::vector<double> scaled(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) scaled[i] = values[i] * 1024;  // a power of two: exact both ways
+    const std::vector<Tensor<double>> grads{from_host<double>(std::span<const double>(scaled), {std::int64_t(scaled.size())})};
+    CHECK(unscale_found(grads, 1.f / 1024) == 0);
+    CHECK(grads[0].to_vector() == values);
 }
 
 TEST_CASE("DynamicLossScaler follows GradScaler on a scripted sequence", "[ops][amp]") {

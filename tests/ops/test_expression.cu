@@ -280,14 +280,22 @@ TEST_CASE("clamp and where with numbers outside an integer operand's range", "[o
     CHECK_THROWS_WITH((u_out = clamp(u.dev, -9, -1)).run(), Catch::Contains("upper bound -1 is below every value of uint8"));
     // maximum and minimum with a number beyond the type bound exactly as clamp does (converted, -1
     // would be uint8 255 and maximum(u8, -1) 255 everywhere), and refuse a number no value can meet.
-    (u_out = maximum(u.dev, -1)).run();
-    check(u_out, [&](const auto& i) { return double(at(u.host, i)); }, 0, 0, "maximum(uint8, -1)");
-    (u_out = maximum(-300, u.dev)).run();
-    check(u_out, [&](const auto& i) { return double(at(u.host, i)); }, 0, 0, "maximum(-300, uint8)");
-    (c_out = minimum(c.dev, 1000)).run();
-    check(c_out, [&](const auto& i) { return double(at(c.host, i)); }, 0, 0, "minimum(int8, 1000)");
-    (c_out = minimum(c.dev, -5)).run();
-    check(c_out, [&](const auto& i) { return std::min(double(at(c.host, i)), -5.0); }, 0, 0, "minimum(int8, -5)");
+    // (A fresh poisoned output each: the expected values repeat from one line to the next.)
+    const auto bounded = [&](auto out, const auto& expr, auto ref, const char* what) {
+        (out = expr).run();
+        check(out, ref, 0, 0, what);
+    };
+    bounded(poisoned<std::uint8_t>({n}), maximum(u.dev, -1), [&](const auto& i) { return double(at(u.host, i)); }, "maximum(uint8, -1)");
+    bounded(poisoned<std::uint8_t>({n}), maximum(-300, u.dev), [&](const auto& i) { return double(at(u.host, i)); }, "maximum(-300, uint8)");
+    bounded(poisoned<std::int8_t>({n}), minimum(c.dev, 1000), [&](const auto& i) { return double(at(c.host, i)); }, "minimum(int8, 1000)");
+    bounded(poisoned<std::int8_t>({n}), minimum(c.dev, -5), [&](const auto& i) { return std::min(double(at(c.host, i)), -5.0); }, "minimum(int8, -5)");
+    bounded(poisoned<std::uint8_t>({n}), minimum(u.dev, 'a'), [&](const auto& i) { return std::min(double(at(u.host, i)), 97.0); }, "minimum(uint8, 'a')");
+    auto l = random_operand<std::int64_t>({n}, 36, -1e18, 1e18);
+    bounded(poisoned<std::int64_t>({n}), minimum(l.dev, ~0ull), [&](const auto& i) { return double(at(l.host, i)); }, "minimum(int64, 2^64 - 1)");
+    CHECK_THROWS_WITH(evaluate(maximum(l.dev, ~0ull)), Catch::Contains("maximum: the number 18446744073709551615 is above every value of int64"));
+    auto bits = random_operand<bool>({n}, 37);
+    STATIC_REQUIRE(std::is_same_v<decltype(maximum(bits.dev, -1))::dtype, std::int64_t>);  // bool with an integer number: int64
+    bounded(poisoned<std::int64_t>({n}), maximum(bits.dev, -1), [&](const auto& i) { return at(bits.host, i) ? 1.0 : 0.0; }, "maximum(bool, -1)");
     CHECK_THROWS_WITH((u_out = maximum(u.dev, 300)).run(), Catch::Contains("maximum: the number 300 is above every value of uint8 [0, 255]"));
     CHECK_THROWS_WITH((c_out = minimum(c.dev, -1000)).run(), Catch::Contains("minimum: the number -1000 is below every value of int8 [-128, 127]"));
 
@@ -332,6 +340,12 @@ TEST_CASE("clamp and where with numbers outside an integer operand's range", "[o
     check_bool(mask, [&](const auto&) { return true; }, "int32 < 2^40");
     (mask = c.dev == 300 || c.dev == 44).run();  // 300 is no int8 (converted it would be 44)
     check_bool(mask, [&](const auto& i) { return at(c.host, i) == 44; }, "int8 == 300 || int8 == 44");
+    // Against a bool operand too (2^64 - 1 was converted to int64 -1, and flags < it false everywhere).
+    const auto flags = random_operand<bool>({n}, 38);
+    auto lt = poisoned<bool>({n});
+    (lt = flags.dev < 5u).run();
+    check_bool(lt, [&](const auto&) { return true; }, "bool < 5u");
+    CHECK_THROWS_WITH((lt = flags.dev < ~0ull).run(), Catch::Contains("the number 18446744073709551615 is beyond int64"));
 }
 
 TEMPLATE_TEST_CASE("comparing a reduced-precision tensor with a number rounds the number to its type", "[ops][expression]", __nv_bfloat16,

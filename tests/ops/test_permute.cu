@@ -44,6 +44,15 @@ void check_view(const std::string& what, const Tensor<T>& dev, const Tensor<T>& 
         bad += std::memcmp(&want, h.data() + i++, sizeof(T)) != 0;
     });
     CHECK(bad == 0);
+    // Straight to the host: gathered on the device (one launch, then one copy of its elements)
+    // unless it spans fewer elements than it has (a broadcast view: its span is copied and repeated).
+    const auto extent = *dev.layout().extent();
+    const bool spans_all = extent.highest - extent.lowest + 1 >= dev.numel();
+    const auto before_host = testing::launch_count();
+    const Tensor<T> direct = dev.to_host();
+    if (backend == Backend::sim) CHECK(testing::launch_count() - before_host == (spans_all ? 1u : 0u));
+    REQUIRE(direct.numel() == h.numel());
+    CHECK(std::memcmp(direct.data(), h.data(), std::size_t(h.numel()) * sizeof(T)) == 0);
 }
 
 }  // namespace

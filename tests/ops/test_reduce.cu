@@ -387,6 +387,14 @@ TEST_CASE("reductions of empty dims, strided views, errors, reproducibility", "[
     poison_next<float>({}, 0x5A);
     CHECK(std::isnan(var(from_host<float>({4.f, 4.f}, {2}), {}, 2).item()));
     CHECK(var(from_host<float>({1.f, 2.f}, {2}), {}, 1).item() == 0.5f);
+    // A fractional correction, as torch's: sum of squared deviations 2 over 3 - 0.5 values, and
+    // over max(0, 3 - 3.5) = 0 values (inf); the standard deviation its square root.
+    poison_next<float>({}, 0x5A);
+    CHECK(var(from_host<float>({1.f, 2.f, 3.f}, {3}), {}, 0.5).item() == 0.8f);
+    CHECK(std::isinf(var(from_host<float>({1.f, 2.f, 3.f}, {3}), {}, 3.5).item()));
+    poison_next<double>({}, 0x5A);
+    CHECK(stddev(from_host<double>({1.0, 2.0, 3.0}, {3}), {}, 1.5).item() == std::sqrt(2.0 / 1.5));
+    CHECK_THROWS_WITH(var(x.dev, {}, std::nan("")), Catch::Contains("var: correction nan must be finite"));
     CHECK_THROWS_WITH(sum(x.host), Catch::Contains("host memory"));
 
     // A transposed and a sliced view.

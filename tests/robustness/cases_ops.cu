@@ -302,9 +302,16 @@ BAD("amp", "unscale a host gradient", Expect::invalid_argument, "contiguous devi
     DynamicLossScaler s;
     s.unscale({host({4})});
 };
-BAD("amp", "unscale an undefined gradient", Expect::invalid_argument, "undefined") {
-    DynamicLossScaler s;
-    s.unscale({dev({4}), Tensor<float>{}});
+BAD("amp", "unscale_and_check of an undefined tensor", Expect::invalid_argument, "tensor 1 must be a contiguous device tensor") {
+    // (DynamicLossScaler::unscale skips undefined gradients, as torch skips None; the list call takes tensors only.)
+    const std::vector<Tensor<float>> g{dev({4}), Tensor<float>{}};
+    unsigned* flag = static_cast<unsigned*>(memory::allocate(sizeof(unsigned)));
+    try {
+        unscale_and_check<float>(g, 0.5f, flag, nullptr);
+    } catch (...) {
+        memory::deallocate(flag);
+        throw;
+    }
 };
 BAD("amp", "a growth factor of 1", Expect::invalid_argument, "growth_factor > 1") {
     DynamicLossScaler s({.growth_factor = 1.0});
@@ -324,8 +331,11 @@ BAD("amp", "an infinite growth factor", Expect::invalid_argument, "growth_factor
 };
 DEFINED("amp", "the scale grows no further than a finite float") {
     DynamicLossScaler s({.init_scale = 1e38, .growth_factor = 2.0, .growth_interval = 1});
+    const std::vector<Tensor<float>> none;  // a step without gradients is still a step that was checked
+    s.unscale(none);
     s.update();  // 2e38 is still a float
     expect(s.scale() == 2e38, "2e38");
+    s.unscale(none);
     s.update();  // 4e38 is not: the scale stays, as GradScaler's does
     expect(s.scale() == 2e38 && s.clean_steps() == 0, "kept at 2e38");
 };
@@ -341,6 +351,34 @@ BAD_ENV("devices", "unscale_and_check with another device's stream", Expect::inv
         memory::deallocate(flag);
         throw;
     }
+};
+BAD("amp", "update() with no unscale since the last", Expect::invalid_argument, "no gradients were unscaled since the last update()") {
+    DynamicLossScaler s;
+    s.unscale({dev({4})});
+    s.update();
+    s.update();  // torch: "No inf checks were recorded prior to update"
+};
+BAD("amp", "a gradient unscaled twice in one step", Expect::invalid_argument, "gradient 1 was already unscaled since the last update()") {
+    DynamicLossScaler s({.init_scale = 4.0});
+    const auto h = full<float>({2}, 8.f);
+    s.unscale({h});
+    try {
+        s.unscale({Tensor<float>{}, h});  // h would be divided by 4 twice
+    } catch (...) {
+        expect(h.to_vector() == std::vector<float>(2, 2.f), "h unscaled once");
+        throw;
+    }
+};
+DEFINED("amp", "undefined gradients are skipped, as torch skips None") {
+    DynamicLossScaler s({.init_scale = 4.0});
+    const auto g = full<float>({3}, 8.f);
+    s.unscale({Tensor<float>{}, g, Tensor<float>{}});
+    s.update();
+    expect(g.to_vector() == std::vector<float>(3, 2.f) && s.clean_steps() == 1, "g unscaled, a clean step");
+    const auto h = full<float>({3}, 8.f);  // the next step unscales anew
+    s.unscale({g});
+    s.unscale({h});
+    expect(g.to_vector() == std::vector<float>(3, 0.5f) && h.to_vector() == std::vector<float>(3, 2.f), "each once in step two");
 };
 BAD("amp", "scale of an undefined loss", Expect::invalid_argument, "undefined") {
     DynamicLossScaler s;

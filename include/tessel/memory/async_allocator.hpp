@@ -33,12 +33,6 @@ public:
         TESSEL_CUDA_CHECK(rt::api::cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
     }
 
-    // Counts an OutOfMemoryError thrown before the request reached this device's memory (a size no
-    // device holds: CachingAllocator's kLargestRequest).
-    void count_oom() {
-        std::lock_guard lk(m_);
-        ++stats_.num_ooms;
-    }
     void* allocate(std::size_t bytes, rt::stream_t stream) {
         if (bytes > std::numeric_limits<std::size_t>::max() / 2) {
             std::lock_guard lk(m_);

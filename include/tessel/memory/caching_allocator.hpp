@@ -38,7 +38,8 @@ public:
         check_stream(bytes, stream, dev);
         // No device has 2^50 bytes (1 PiB); beyond that the size arithmetic (rounding, statistics) would wrap.
         if (bytes > kLargestRequest) {
-            if (backend_ == Backend::async) async(dev).count_oom();
+            // Counted without making the async backend's pool (which takes the device's context).
+            if (backend_ == Backend::async) async_[std::size_t(dev)].refused.fetch_add(1, std::memory_order_relaxed);
             else device(dev).count_oom();
             fail<OutOfMemoryError>("out of memory on device ", dev, ": tried to allocate ", bytes,
                                    " bytes, more than any device holds (the limit is ", kLargestRequest,
@@ -133,6 +134,11 @@ public:
         check_device(d);
         return async_[std::size_t(d)].made.load(std::memory_order_acquire);
     }
+    // The async backend's OutOfMemoryErrors on device d for sizes no device holds, refused before its pool.
+    std::int64_t async_refused(int d) {
+        check_device(d);
+        return async_[std::size_t(d)].refused.load(std::memory_order_relaxed);
+    }
     int device_count() const { return count_; }
     Backend backend() const { return backend_; }
 
@@ -172,6 +178,7 @@ private:
         std::mutex m;
         std::unique_ptr<AsyncDeviceAllocator> owner;
         std::atomic<AsyncDeviceAllocator*> made{nullptr};
+        std::atomic<std::int64_t> refused{0};  // OutOfMemoryErrors for sizes no device holds (in num_ooms)
     };
     std::unique_ptr<AsyncSlot[]> async_;
     std::mutex map_m_;
@@ -206,7 +213,9 @@ TESSEL_API DeviceStats stats(Device d) {
     auto& a = CachingAllocator::instance();
     if (a.backend() == Backend::native) return a.device(d.index).stats();
     AsyncDeviceAllocator* made = a.async_if_made(d.index);
-    return made ? made->stats() : DeviceStats{};
+    DeviceStats s = made ? made->stats() : DeviceStats{};
+    s.num_ooms += a.async_refused(d.index);
+    return s;
 }
 TESSEL_API std::int64_t allocated(Device d) { return stats(d).allocated_bytes[StatPool::all].current; }
 TESSEL_API std::int64_t max_allocated(Device d) { return stats(d).allocated_bytes[StatPool::all].peak; }

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <tessel/kernels/amp.cuh>
@@ -126,12 +128,24 @@ public:
 
     // Unscales the gradients in place (one launch per dtype and 64 tensors) and records any inf/NaN
     // among them, on `stream` (default: the current stream of the scaler's device).
+    // Undefined gradients (parameters without one) are skipped, as torch skips None; a gradient
+    // already unscaled since the last update() is refused (it would be divided by the scale twice).
     template <Element T>
-    void unscale(std::span<const Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
+    void unscale(std::span<const Tensor<T>> all_grads, std::optional<rt::stream_t> stream = {}) {
         const rt::stream_t s = stream_for("DynamicLossScaler::unscale", stream, device_);
-        for (std::size_t k = 0; k < grads.size(); ++k)
-            require(!grads[k].defined() || grads[k].device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ",
-                    grads[k].device().index, " but the scaler on device ", device_.index);
+        std::vector<Tensor<T>> grads;
+        grads.reserve(all_grads.size());
+        for (std::size_t k = 0; k < all_grads.size(); ++k) {
+            const Tensor<T>& g = all_grads[k];
+            if (!g.defined()) continue;
+            require(g.device() == device_, "DynamicLossScaler::unscale: gradient ", k, " is on device ", g.device().index,
+                    " but the scaler on device ", device_.index);
+            const auto seen = [&](const Unscaled& u) { return u.first == static_cast<const void*>(g.data()) && !u.second.expired(); };
+            require(g.numel() == 0 || std::none_of(unscaled_.begin(), unscaled_.end(), seen),
+                    "DynamicLossScaler::unscale: gradient ", k, " was already unscaled since the last update() (it would be divided "
+                    "by the scale twice); unscale each gradient once per step, then update()");
+            grads.push_back(g);
+        }
         // Everything that touches the flag (its clear, each unscale's atomicOr) runs on one chain of
         // streams: flag_done_ is recorded after each, and a new stream waits for it first, so
         // found_nonfinite() and update(), on the last stream, come after every unscale since the
@@ -145,8 +159,11 @@ public:
             rt::stream_wait_event(s, flag_done_.handle());
             stream_ = s;
         }
-        unscale_and_check(grads, float(1.0 / scale_), flag_, stream_);
+        unscale_and_check(std::span<const Tensor<T>>(grads), float(1.0 / scale_), flag_, stream_);
         flag_done_.record(stream_);
+        for (const Tensor<T>& g : grads)
+            if (g.numel() > 0) unscaled_.emplace_back(g.data(), g.storage());
+        checked_ = true;
     }
     template <Element T>
     void unscale(const std::vector<Tensor<T>>& grads, std::optional<rt::stream_t> stream = {}) {
@@ -171,8 +188,12 @@ public:
         rt::stream_synchronize(stream_);
         return v != 0;
     }
-    // Adjusts the scale for the next step and clears the flag.
+    // Adjusts the scale for the next step and clears the flag. Refused when nothing was unscaled
+    // since the last update() (torch's "No inf checks were recorded prior to update"): the step
+    // would count as clean unseen.
     void update() {
+        require(checked_, "DynamicLossScaler::update: no gradients were unscaled since the last update(); call unscale(grads) "
+                "after the backward pass, before update()");
         DeviceGuard g(device_);
         if (found_nonfinite()) {
             scale_ *= o_.backoff_factor;
@@ -184,6 +205,8 @@ public:
         }
         rt::memset_async(flag_, 0, sizeof(unsigned), stream_);
         flag_done_.record(stream_);
+        unscaled_.clear();
+        checked_ = false;
     }
 
 private:
@@ -205,6 +228,11 @@ private:
     Event flag_done_;  // recorded after each use of the flag; a new stream of unscale() waits for it
     unsigned* flag_ = nullptr;
     rt::stream_t stream_ = nullptr, alloc_stream_ = nullptr;
+    // The gradients unscaled since the last update(): first element and storage (memory freed and
+    // reused by another gradient within the step is not that gradient).
+    using Unscaled = std::pair<const void*, std::weak_ptr<Storage>>;
+    std::vector<Unscaled> unscaled_;
+    bool checked_ = false;               // unscale() ran since the last update()
 };
 
 }  // namespace tessel

@@ -413,7 +413,7 @@ concept operands = operand<A> && operand<B> && (!number<A> || !number<B>);
 // - against a bf16, half or fp8 operand, a number within the type's finite range is first rounded
 //   to the type, as torch does (x == 0.1 holds where x holds bf16(0.1)); one beyond it is kept as
 //   it is (rounded, 1000 would be e4m3's 448 and x < 1000 false for x = 448, or half's inf);
-// - against an integer operand, an integer number is compared in int64, so it cannot wrap
+// - against an integer or bool operand, an integer number is compared in int64, so it cannot wrap
 //   (u8 > -1 is true everywhere; torch converts -1 to 255 first).
 template <class Other, class X>
 auto comparison_operand(const X& x) {
@@ -423,7 +423,7 @@ auto comparison_operand(const X& x) {
         if constexpr (is_reduced_float<P>) {
             const double v = double(x), top = double(convert<float>(::tessel::detail::largest_finite<P>()));
             return Scalar<tag, compute_t<P>>(std::fabs(v) <= top ? cast<compute_t<P>>(cast<P>(v)) : compute_t<P>(v));
-        } else if constexpr (std::is_integral_v<X> && is_int_type<Other> && !std::is_same_v<Other, weak_int>) {
+        } else if constexpr (std::is_integral_v<X> && (is_int_type<Other> || is_bool_type<Other>) && !std::is_same_v<Other, weak_int>) {
             require(std::in_range<std::int64_t>(+x), "comparison: the number ", +x, " is beyond int64");
             return Scalar<std::int64_t, std::int64_t>(std::int64_t(x));
         } else {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -442,18 +443,19 @@ auto norm(const X& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = 
     }
 }
 // Variance over the axes: each small group's own mean and squared deviations, merged by Chan's
-// pairwise formula (Welford's algorithm); correction 1 divides by n - 1 (unbiased), 0 by n.
+// pairwise formula (Welford's algorithm); correction 1 divides by n - 1 (unbiased), 0 by n, any
+// other c by max(0, n - c) (torch's float correction).
 template <ops::reducible X>
-auto var(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
+auto var(const X& x, const Axes& axes = {}, double correction = 1, bool keepdim = false,
          std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
-    require(correction >= 0, "var: correction ", correction, " must not be negative (1: unbiased, 0: population)");
+    require(std::isfinite(correction) && correction >= 0, "var: correction ", correction, " must be finite and not negative (1: unbiased, 0: population)");
     return ops::detail::reduce_any("var", x, ops::VarianceReducer<ops::element_of<X>, false>{correction}, axes, keepdim, stream, site);
 }
 // Standard deviation: the square root of var.
 template <ops::reducible X>
-auto stddev(const X& x, const Axes& axes = {}, std::int64_t correction = 1, bool keepdim = false,
+auto stddev(const X& x, const Axes& axes = {}, double correction = 1, bool keepdim = false,
             std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
-    require(correction >= 0, "stddev: correction ", correction, " must not be negative (1: unbiased, 0: population)");
+    require(std::isfinite(correction) && correction >= 0, "stddev: correction ", correction, " must be finite and not negative (1: unbiased, 0: population)");
     return ops::detail::reduce_any("stddev", x, ops::VarianceReducer<ops::element_of<X>, true>{correction}, axes, keepdim, stream, site);
 }
 

@@ -161,7 +161,7 @@ struct VarianceReducer {
     using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
     using acc_t = Moments<F>;
     using out_t = float_result_t<T>;
-    std::int64_t correction = 1;  // 1: unbiased (divide by n - 1); 0: population
+    double correction = 1;  // 1: unbiased (divide by n - 1); 0: population; any other, as torch's (0.5: n - 0.5)
     __host__ __device__ acc_t identity() const { return {F(0), F(0), 0}; }
     // m2 starts as x - x: 0, or NaN for an infinity or a NaN, which every merge then carries (torch's
     // answer: the deviations inf - inf are NaN); the merge alone gave inf or NaN depending on where
@@ -214,7 +214,7 @@ struct VarianceReducer {
     // Divided by max(0, n - correction), as torch: a correction of n or more gives inf (0/0: NaN
     // when every value is equal, and for no values).
     __host__ __device__ out_t finish(acc_t a, std::int64_t) const {
-        const F denom = a.count > correction ? F(a.count - correction) : F(0);
+        const F denom = double(a.count) > correction ? F(double(a.count) - correction) : F(0);
         const F var = a.m2 / denom;
         return cast<out_t>(Std ? math::sqrt(var) : var);
     }

@@ -54,7 +54,7 @@ std::string Tensor<T>::to_string(int edge) const {
                 from = from.narrow(d, tail ? s[d] - edge : 0, edge);
                 to = to.narrow(d, tail ? edge : 0, edge);
             }
-            to.copy_(from.to_host());  // a device view is gathered on the device: only its elements travel
+            to.copy_(from.to_host());  // with the copy kernels compiled in, only the corner's elements travel
         }
     }
     const T* p = h.data();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <concepts>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -367,6 +368,32 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
     return from_host<T>(h.span(), Shape{n}, o);
 }
 
+// arange of integer numbers: int64 bounds beyond 2^53 are no doubles (arange<int64_t>(2^53 + 1,
+// 2^53 + 8) through doubles would start at 2^53 and have 8 elements), so an int64 arange whose
+// numbers are beyond it counts and steps in integers, as torch's (made on the host, then copied);
+// every other one is the arange above, whose doubles hold its numbers exactly.
+template <Element T, std::integral A, std::integral B, std::integral C = int>
+    requires(!std::is_same_v<A, bool> && !std::is_same_v<B, bool> && !std::is_same_v<C, bool>)
+Tensor<T> arange(A start, B stop, C step = 1, TensorOptions o = {}) {
+    if constexpr (!std::is_same_v<T, std::int64_t>) {
+        return arange<T>(double(start), double(stop), double(step), o);
+    } else {
+        constexpr __int128 exact = __int128(1) << 53;
+        const auto beyond = [&](auto v) { return __int128(v) > exact || __int128(v) < -exact; };
+        if (!(beyond(start) || beyond(stop) || beyond(step))) return arange<T>(double(start), double(stop), double(step), o);
+        require(std::in_range<std::int64_t>(start) && std::in_range<std::int64_t>(stop) && std::in_range<std::int64_t>(step),
+                "arange: start ", start, ", stop ", stop, " and step ", step, " must be int64 values for an int64 arange");
+        require(step != 0, "arange: step must not be 0");
+        const __int128 span = __int128(stop) - __int128(start), s = step;
+        const __int128 count = span / s + (span % s != 0 && (span > 0) == (s > 0));  // ceil(span / step) where it is positive
+        require(count <= exact, "arange: [", start, ", ", stop, ") in steps of ", step, " has more elements than a tensor can index");
+        const std::int64_t n = count > 0 ? std::int64_t(count) : 0;
+        detail::HostArray<T> h(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) h.data()[i] = std::int64_t(__int128(start) + __int128(i) * s);  // within [start, stop)
+        return from_host<T>(h.span(), Shape{n}, o);
+    }
+}
+
 // A tensor over memory tessel does not own. `deleter` (may be empty) runs when the last view goes.
 // The pointer must be aligned for T, and may be null only when the shape has no elements; device and
 // managed memory name a visible device.
@@ -425,8 +452,8 @@ void for_each_offset(const Layout& l, F&& f) {
 
 // copy_to_contiguous (below) once the copy's ordering is settled: one copy for contiguous sources,
 // the device_gather kernel for strided device views on the stream's device (into a device buffer
-// first where the destination is host memory), otherwise a gather on the host from a copy of the
-// memory the source's layout spans.
+// first where the destination is host memory and the view spans at least its elements), otherwise
+// a gather on the host from a copy of the memory the source's layout spans.
 template <Element T>
 void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& dst, rt::stream_t stream, Device stream_device,
                             bool non_blocking) {
@@ -453,25 +480,21 @@ void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& ds
         if (!may_return_early) rt::stream_synchronize(stream);
         return;
     }
-    if (const DeviceGatherFn gather = device_gather.load(); gather && !src_host && dst_host && src.device() == stream_device) {
+    const auto extent = *src.layout().extent();
+    const std::int64_t span = extent.highest - extent.lowest + 1;
+    if (const DeviceGatherFn gather = device_gather.load(); gather && !src_host && dst_host && src.device() == stream_device && span >= n) {
         // A device view bound for the host is gathered on the device first, as torch's .cpu() of a
         // view is: the copy then carries its elements, not every byte its layout spans (a corner
-        // of a [64, 4096, 4096] float tensor spans 128 MiB).
-        std::optional<Tensor<T>> packed;
-        try {
-            packed = empty<T>(src.shape(), TensorOptions{.device = stream_device, .stream = stream, .non_blocking = true});
-        } catch (const OutOfMemoryError&) {  // a full device: the host gathers instead (below)
-        }
-        if (packed) {
-            gather(src.data(), src.layout(), packed->data(), sizeof(T), stream, stream_device);
-            rt::memcpy_async(dst_data, packed->data(), std::size_t(n) * sizeof(T), stream);
-            rt::stream_synchronize(stream);
-            return;
-        }
+        // of a [64, 4096, 4096] float tensor spans 128 MiB). A broadcast view, which spans fewer
+        // elements than it has, copies its span and repeats it on the host (below).
+        const Tensor<T> packed = empty<T>(src.shape(), TensorOptions{.device = stream_device, .stream = stream, .non_blocking = true});
+        gather(src.data(), src.layout(), packed.data(), sizeof(T), stream, stream_device);
+        rt::memcpy_async(dst_data, packed.data(), std::size_t(n) * sizeof(T), stream);
+        rt::stream_synchronize(stream);
+        return;
     }
-    const auto extent = *src.layout().extent();
     const T* base = static_cast<const T*>(src.storage()->data());
-    detail::HostArray<T> span_copy(src_host ? 0 : static_cast<std::size_t>(extent.highest - extent.lowest + 1));
+    detail::HostArray<T> span_copy(src_host ? 0 : static_cast<std::size_t>(span));
     if (!src_host) {
         rt::memcpy_async(span_copy.data(), base + extent.lowest, span_copy.n * sizeof(T), stream);
         rt::stream_synchronize(stream);

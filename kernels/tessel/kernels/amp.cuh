@@ -19,12 +19,14 @@ struct TensorList {
     std::int64_t first_chunk[MaxTensors + 1];
 };
 
-// One element: scaled in place; `bad` is raised if it was inf or NaN (inf - inf and NaN - NaN are NaN).
+// One element: scaled in place in its compute type (double stays double, as torch's unscale), and
+// `bad` raised if it was inf or NaN (inf - inf and NaN - NaN are NaN).
 template <class T>
 __device__ void unscale_one(T& x, float inv_scale, bool& bad) {
-    const float v = ops::cast<float>(x);
-    bad |= !(v - v == 0.0f);
-    x = ops::cast<T>(v * inv_scale);
+    using C = ops::compute_t<T>;
+    const C v = ops::cast<C>(x);
+    bad |= !(v - v == C(0));
+    x = ops::cast<T>(v * C(inv_scale));
 }
 
 // A chunk is read in 16-byte vectors (when its tensor is 16-byte aligned; a chunk starts at a
