@@ -102,6 +102,9 @@ BAD("matmul", "a bias in host memory", Expect::invalid_argument, "the bias must 
 BAD("matmul", "a residual of the wrong shape", Expect::invalid_argument, "the residual has shape [6, 3]") {
     matmul(dev({3, 4}), dev({4, 6}), dev({3, 6}), MatmulOptions{}, MatmulEpilogue<float>{.residual = dev({6, 3})});
 };
+BAD("matmul", "a 1-d linear weight with a 1-d bias", Expect::invalid_argument, "with a 1-d weight (one output feature) the bias must be 0-d") {
+    (void)linear(dev({3, 4}), dev({4}), dev({1}));
+};
 BAD("matmul", "a linear weight that is 3-d", Expect::invalid_argument, "the weight must be a 2-d tensor") {
     (void)linear(dev({3, 4}), dev({1, 4, 4}));
 };

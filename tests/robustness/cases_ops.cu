@@ -47,6 +47,21 @@ BAD("expressions", "an expression that does not fit the output", Expect::invalid
     (dev({3}) = dev({2, 3}) * 2).run();
 };
 BAD("expressions", "a host operand", Expect::invalid_argument, "host") { (void)evaluate(dev({3}) + host({3})); };
+BAD("expressions", "where with two numbers beyond int64", Expect::invalid_argument, "does not fit int64") {
+    (void)evaluate(where(dev({3}) > 0, 0, ~0ull));
+};
+BAD("expressions", "maximum of uint8 with a number above its range", Expect::invalid_argument, "maximum: the number 300") {
+    (void)evaluate(maximum(zeros<std::uint8_t>({3}), 300));
+};
+BAD("expressions", "minimum of int8 with a number below its range", Expect::invalid_argument, "minimum: the number -200") {
+    (void)evaluate(minimum(zeros<std::int8_t>({3}), -200));
+};
+BAD("expressions", "a bool mask compared with a number beyond int64", Expect::invalid_argument, "beyond int64") {
+    (void)evaluate(zeros<bool>({3}) < ~0ull);
+};
+BAD("reductions", "var with a NaN correction", Expect::invalid_argument, "correction nan must be finite") {
+    (void)var(dev({4}), {}, std::nan(""));
+};
 BAD("expressions", "clamp of uint8 above 255", Expect::invalid_argument, "lower bound 300 is above every value of uint8") {
     (void)evaluate(clamp(zeros<std::uint8_t>({3}), 300, 400));
 };

@@ -178,6 +178,12 @@ BAD("sizes", "arange of 10^18 elements", Expect::invalid_argument, "more than a 
 };
 BAD("sizes", "arange past int8", Expect::invalid_argument, "beyond the range of int8") { (void)arange<std::int8_t>(0, 300); };
 BAD("sizes", "arange below uint8", Expect::invalid_argument, "beyond the range of uint8") { (void)arange<std::uint8_t>(-3, 5); };
+BAD("sizes", "an int64 arange to an unsigned bound beyond int64", Expect::invalid_argument, "must be int64 values") {
+    (void)arange<std::int64_t>(0ull, ~0ull);
+};
+BAD("sizes", "an int64 arange of more than 2^53 elements", Expect::invalid_argument, "more elements than a tensor can index") {
+    (void)arange<std::int64_t>(std::numeric_limits<std::int64_t>::min(), std::int64_t(0));
+};
 BAD("sizes", "arange past float16", Expect::invalid_argument, "beyond the range of float16") {
     (void)arange<__half>(0, 200000, 1000);
 };
