@@ -452,6 +452,17 @@ BAD("quantize", "choose_qparams of a tensor holding NaN", Expect::invalid_argume
 BAD("quantize", "asymmetric choose_qparams of a tensor holding -inf", Expect::invalid_argument, "x holds an infinity") {
     (void)choose_qparams(from_host<float>({-std::numeric_limits<float>::infinity(), 1.f}, {2}), false);  // was UB
 };
+BAD("quantize", "choose_qparams of an empty tensor", Expect::invalid_argument, "choose_qparams: x (shape [0, 3]) is empty") {
+    (void)choose_qparams(zeros<float>({0, 3}));  // the error named amin
+};
+BAD("quantize", "per-channel parameters of channels with no elements", Expect::invalid_argument,
+    "choose_channel_qparams: x (shape [3, 0]) has 3 channels along axis 0 but no elements") {
+    (void)choose_channel_qparams(zeros<float>({3, 0}), 0);
+};
+DEFINED("quantize", "per-channel parameters of zero channels are empty") {
+    const auto p = choose_channel_qparams(zeros<float>({0, 4}), 0);
+    expect(p.scale.numel() == 0 && p.zero_point.numel() == 0, "empty parameters");
+};
 BAD("quantize", "per-channel parameters of a channel holding NaN", Expect::invalid_argument, "channel 0 has scale nan") {
     const auto x = from_host<float>({1000.f, std::numeric_limits<float>::quiet_NaN(), 500.f, 2.f}, {2, 2});
     (void)quantize(x, choose_channel_qparams(x, 0));  // the NaN channel's scale was 1

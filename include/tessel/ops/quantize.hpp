@@ -65,6 +65,7 @@ inline constexpr double smallest_scale = double(std::numeric_limits<float>::min(
 // [min(x, 0), max(x, 0)] onto [-128, 127]. Reads two values back from the device (synchronises).
 template <Element T>
 QuantParams choose_qparams(const Tensor<T>& x, bool symmetric = true) {
+    require(x.numel() > 0, "choose_qparams: x (shape ", x.shape(), ") is empty, so it has no range to quantise");
     const double x_min = convert<double>(amin(x).item()), x_max = convert<double>(amax(x).item());
     // std::min(0, NaN) is 0: a NaN would vanish from the range instead of failing.
     require(std::isfinite(x_min) && std::isfinite(x_max), "choose_qparams: x holds ", std::isnan(x_min) || std::isnan(x_max) ? "NaN" : "an infinity",
@@ -84,6 +85,8 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
     std::vector<int> others;
     for (int d = 0; d < x.dim(); ++d)
         if (d != a) others.push_back(d);
+    require(x.numel() > 0 || x.size(a) == 0, "choose_channel_qparams: x (shape ", x.shape(), ") has ", x.size(a),
+            " channels along axis ", axis, " but no elements in them, so they have no range to quantise");
     // A 1-d x has nothing to reduce: each element is its own channel (Axes{} would mean every dim).
     const Tensor<T> x_min = others.empty() ? x : amin(x, Axes(others)), x_max = others.empty() ? x : amax(x, Axes(others));
     const auto lo = minimum(x_min, 0.0);
