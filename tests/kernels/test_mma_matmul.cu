@@ -239,6 +239,31 @@ TEST_CASE("mma_matmul on int8 tensor cores equals the exact int32 product, and r
     run_case<std::int8_t, int, Small, true>({699, 150, 64}, Values::integers, seed++);  // 8 + 3 row tiles (grouped_tile)
 }
 
+#if defined(TESSEL_BACKEND_SIM)
+// The XOR swizzle of A, B^T and k-major B (mma_detail::a_offset, b_offset) under the sim's bank
+// model: every 8x8 matrix ldmatrix reads takes one wavefront, for each tile the dispatch or the
+// tests use, each input type and both B layouts.
+TEST_CASE("mma_matmul reads its shared-memory tiles with ldmatrix without bank conflicts", "[kernels][matmul][mma][sim]") {
+    std::uint64_t seed = 400;
+    auto conflict_free = [&](auto run) {
+        const tessel::sim::LdmatrixTraffic before = tessel::sim::ldmatrix_traffic();
+        run();
+        const tessel::sim::LdmatrixTraffic after = tessel::sim::ldmatrix_traffic();
+        CHECK(after.matrices > before.matrices);
+        CHECK(after.wavefronts - before.wavefronts == after.matrices - before.matrices);
+    };
+    const Case c{65, 129, 100};
+    conflict_free([&] { run_case<__nv_bfloat16, float, Small>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<__nv_bfloat16, float, Large>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<__half, float, Wide>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<__nv_bfloat16, float, Small, true>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<__half, float, Large, true>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<std::int8_t, int, Small, true>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<std::int8_t, int, Wide, true>(c, Values::integers, seed++); });
+    conflict_free([&] { run_case<float, float, Large, true>(c, Values::integers, seed++); });
+}
+#endif
+
 TEST_CASE("grouped_tile gives every grid position one tile, walking a group's rows first", "[kernels][matmul]") {
     for (unsigned group : {1u, 3u, 8u})
         for (unsigned gx : {1u, 2u, 5u, 64u})

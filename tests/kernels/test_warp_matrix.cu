@@ -536,6 +536,51 @@ TEST_CASE("the sim faults on warp-level matrix instructions a GPU would punish, 
     tessel::rt::device_synchronize();
 }
 
+namespace {
+
+// Lane l points ldmatrix.x4 at byte offset offsets[l] of dynamic shared memory.
+__global__ void ldmatrix_at(const int* offsets, std::uint32_t* out) {
+    TESSEL_DYNAMIC_SHARED(unsigned char, s);
+    for (int i = 0; i < 128; ++i) s[threadIdx.x * 128 + i] = 0;
+    __syncwarp();
+    std::uint32_t r[4];
+    tessel::ptx::ldmatrix<4>(r, s + offsets[threadIdx.x]);
+    out[threadIdx.x] = r[0];
+}
+
+// The wavefronts four matrices take when matrix j's row r lies at offset(j, r).
+std::uint64_t ldmatrix_wavefronts_for(auto offset) {
+    std::vector<int> o(32);
+    for (int l = 0; l < 32; ++l) o[std::size_t(l)] = offset(l / 8, l % 8);
+    DeviceArray<int> offsets(o);
+    DeviceArray<std::uint32_t> out(32);
+    const tessel::sim::LdmatrixTraffic before = tessel::sim::ldmatrix_traffic();
+    tessel::launch(ldmatrix_at, 1, 32, 4096, nullptr, offsets.data(), out.data());
+    tessel::rt::device_synchronize();
+    const tessel::sim::LdmatrixTraffic after = tessel::sim::ldmatrix_traffic();
+    CHECK(after.matrices - before.matrices == 4);
+    return after.wavefronts - before.wavefronts;
+}
+
+}  // namespace
+
+// The bank model (sm_80-sm_90: 32 banks of 4 bytes, one request per 8x8 matrix): 8 rows of 16 bytes
+// take one wavefront when they cover the 32 banks once, n when n distinct words share a bank.
+TEST_CASE("the sim counts the wavefronts ldmatrix's shared-memory reads take under the bank model", "[sim][ptx]") {
+    // 8 consecutive rows (128 contiguous bytes per matrix): every bank once.
+    CHECK(ldmatrix_wavefronts_for([](int j, int r) { return j * 128 + r * 16; }) == 4);
+    // The same column chunk of 64-byte rows: rows r, r + 2, r + 4, r + 6 share banks, 4 ways.
+    CHECK(ldmatrix_wavefronts_for([](int j, int r) { return j * 512 + r * 64; }) == 16);
+    // 128-byte rows: all 8 rows on the same 4 banks.
+    CHECK(ldmatrix_wavefronts_for([](int j, int r) { return j * 1024 + r * 128; }) == 32);
+    // 64-byte rows with the chunk XOR-swizzled by (row / 2) % 4, as mma_matmul stages A: conflict-free.
+    CHECK(ldmatrix_wavefronts_for([](int j, int r) { return j * 512 + r * 64 + ((1 ^ ((r >> 1) & 3)) << 4); }) == 4);
+    // Every row of a matrix at one address: one word per bank, broadcast.
+    CHECK(ldmatrix_wavefronts_for([](int j, int) { return j * 16; }) == 4);
+    // Two rows at one address, the rest conflict-free: the shared word is read once.
+    CHECK(ldmatrix_wavefronts_for([](int j, int r) { return j * 128 + (r == 7 ? 0 : r) * 16; }) == 4);
+}
+
 TEST_CASE("a tile read before its cp.async group is waited for reads poison in the sim", "[sim][ptx]") {
     std::vector<float> src(256, 1.0f);
     DeviceArray<float> g(src), out(32);

@@ -89,6 +89,16 @@ TESSEL_API std::string last_kernel_name();
 // driver would stage through host memory (not enabled): lets a test see which a copy took.
 TESSEL_API std::uint64_t peer_copy_count();
 TESSEL_API std::uint64_t staged_copy_count();
+// ldmatrix's shared-memory reads under sm_80-sm_90's bank model: 32 banks of 4 bytes; the eight
+// 16-byte rows of one 8x8 matrix are one request, served in as many wavefronts as the most distinct
+// words any one bank holds among them (a word several rows read is broadcast). Lets a test see that a
+// kernel's tiles are laid out (swizzled) so that every request takes one wavefront.
+struct LdmatrixTraffic {
+    std::uint64_t matrices = 0;    // 8x8 matrices read, all devices
+    std::uint64_t wavefronts = 0;  // the wavefronts they took: equal to `matrices` when no read had a bank conflict
+};
+TESSEL_API LdmatrixTraffic ldmatrix_traffic();
+TESSEL_API void count_ldmatrix(std::uint64_t matrices, std::uint64_t wavefronts);  // sim/warp_matrix.hpp's ldmatrix
 // Whether the program has made `device`'s primary context yet (on a GPU each costs hundreds of MiB
 // of that device's memory): lets a test check that work on one device leaves the others untouched.
 // Setting the device, allocating on it, creating a stream or event there and launching make it.
@@ -530,6 +540,14 @@ TESSEL_API std::uint64_t launch_count() { return Runtime::get().launches.load(st
 TESSEL_API std::uint64_t peer_copy_count() { return Runtime::get().peer_copies.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t staged_copy_count() { return Runtime::get().staged_copies.load(std::memory_order_relaxed); }
 TESSEL_API std::uint64_t cluster_launch_count() { return Runtime::get().cluster_launches.load(std::memory_order_relaxed); }
+TESSEL_API LdmatrixTraffic ldmatrix_traffic() {
+    return {Runtime::get().ldmatrix_matrices.load(std::memory_order_relaxed),
+            Runtime::get().ldmatrix_wavefronts.load(std::memory_order_relaxed)};
+}
+TESSEL_API void count_ldmatrix(std::uint64_t matrices, std::uint64_t wavefronts) {
+    Runtime::get().ldmatrix_matrices.fetch_add(matrices, std::memory_order_relaxed);
+    Runtime::get().ldmatrix_wavefronts.fetch_add(wavefronts, std::memory_order_relaxed);
+}
 TESSEL_API std::string last_kernel_name() {
     std::lock_guard lock(Runtime::get().last_kernel_m);
     return Runtime::get().last_kernel ? *Runtime::get().last_kernel : std::string();

@@ -99,6 +99,7 @@ public:
     const std::string* last_kernel = nullptr;  // the last kernel accepted, demangled (tests check which path ran)
     std::set<std::pair<int, int>> peer_enabled;             // (device, peer): device may access peer's memory
     std::atomic<std::uint64_t> peer_copies{0}, staged_copies{0};  // cudaMemcpyPeerAsync, direct or through the host
+    std::atomic<std::uint64_t> ldmatrix_matrices{0}, ldmatrix_wavefronts{0};  // sim::ldmatrix_traffic()
     // Per device, whether its primary context exists: made by the first call that needs it (setting
     // the device, allocating, creating a stream or event, launching), as on a GPU, where each one
     // costs hundreds of MiB of device memory and startup time. Lets tests see which devices a

@@ -6,6 +6,7 @@
 // cp.async destination reads as poison (0xFF bytes) until a wait covers its group.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "block_exec.hpp"
+#include "runtime.hpp"  // count_ldmatrix
 #include "sync.hpp"
 
 namespace tessel::sim::warp {
@@ -179,6 +181,20 @@ struct LdmatrixLane : WarpMatrixOp {
     std::uint32_t r[4]{};
 };
 
+// The wavefronts one matrix's read takes (sim::LdmatrixTraffic): the most distinct 4-byte words
+// any bank holds among its eight 16-byte rows, at their offsets in dynamic shared memory (whose
+// base a GPU aligns to at least 128 bytes, so offsets give the banks).
+inline int ldmatrix_wavefronts(const std::size_t (&row_offset)[8]) {
+    std::size_t words[32];
+    int distinct = 0;
+    for (int r = 0; r < 8; ++r)
+        for (std::size_t w = row_offset[r] / 4; w < row_offset[r] / 4 + 4; ++w)
+            if (std::find(words, words + distinct, w) == words + distinct) words[distinct++] = w;
+    int per_bank[32] = {};
+    for (int i = 0; i < distinct; ++i) ++per_bank[words[i] % 32];
+    return *std::max_element(per_bank, per_bank + 32);
+}
+
 // ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16 (PTX ISA 9.7.14.5.15): lanes 8j..8j+7 give the
 // addresses of rows 0..7 of matrix j (16 bytes each, 16-byte aligned, in shared memory). Lane l
 // receives in register j the elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1) of matrix j, the first in
@@ -186,7 +202,9 @@ struct LdmatrixLane : WarpMatrixOp {
 template <int N, bool Trans>
 void ldmatrix_compute(WarpMatrixOp* const* ops) {
     std::uint16_t m[4][8][8];
-    for (int j = 0; j < N; ++j)
+    std::uint64_t wavefronts = 0;
+    for (int j = 0; j < N; ++j) {
+        std::size_t offsets[8];
         for (int r = 0; r < 8; ++r) {
             const auto& src = *static_cast<LdmatrixLane*>(ops[8 * j + r]);
             if (reinterpret_cast<std::uintptr_t>(src.row) % 16 != 0)
@@ -196,7 +214,11 @@ void ldmatrix_compute(WarpMatrixOp* const* ops) {
                 throw std::invalid_argument("lane " + std::to_string(8 * j + r) + " gives row address " + address_text(src.row) +
                                             ", whose 16 bytes are not in the block's dynamic shared memory");
             std::memcpy(m[j][r], src.row, 16);
+            offsets[r] = std::size_t(src.row - detail::tl_block->dynamic_smem);
         }
+        wavefronts += std::uint64_t(ldmatrix_wavefronts(offsets));
+    }
+    count_ldmatrix(std::uint64_t(N), wavefronts);
     for (int l = 0; l < 32; ++l) {
         auto& x = *static_cast<LdmatrixLane*>(ops[l]);
         for (int j = 0; j < N; ++j) {
