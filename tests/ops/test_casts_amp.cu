@@ -150,6 +150,9 @@ Tensor<T> to_test_values(std::size_t n, std::uint64_t seed) {
             v.push_back(wide ? T(std::int64_t(rng() % (std::uint64_t(1) << 41)) - (std::int64_t(1) << 40)) : T(rng()));
         v.push_back(std::numeric_limits<T>::lowest());
         v.push_back(std::numeric_limits<T>::max() - T(wide ? 1023 : 0));  // int64: 2^63 - 1024, exact in double
+        if constexpr (sizeof(T) >= 4)  // above a bf16 tie by 1: through float (2^24 + 2^16, a tie) it came to 2^24
+            for (std::int64_t e : {(std::int64_t(1) << 24) + (std::int64_t(1) << 16) + 1, -((std::int64_t(1) << 30) + (std::int64_t(1) << 22) + 1)})
+                v.push_back(T(e));
         if constexpr (sizeof(T) == 8) {
             for (std::int64_t e : {std::int64_t(1) << 62, (std::int64_t(1) << 40) + 1, -((std::int64_t(1) << 53) + 2), std::int64_t(128),
                                    std::int64_t(-129), std::int64_t(256)})
@@ -162,6 +165,9 @@ Tensor<T> to_test_values(std::size_t n, std::uint64_t seed) {
         for (double x : {0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 127.5, 128.0, 255.9, 256.0, -129.0, 3e9, -3e9, 1e10, 1e19, -1e19, 65519.0,
                          65520.0, 464.0, 1e6, 1.0 + 0x1p-11, 1.0 + 0x1p-8, 1.0 + 0x1p-24 + 0x1p-50, 1e300, -1e300, 3.5e38,
                          3e-5, -1e-40, 1e-310, 0x1p-9,  // subnormal in fp16, float, double; e4m3's smallest
+                         // Just above a tie of half, bf16, e4m3, e5m2 (and below one): through float they round twice
+                         1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-8 + 0x1p-40, 1.0 + 0x1p-4 + 0x1p-40, -1.0 - 0x1p-3 - 0x1p-40,
+                         1.0 + 0x1p-11 - 0x1p-40,
                          double(std::numeric_limits<float>::quiet_NaN()), HUGE_VAL, -HUGE_VAL})
             d.push_back(x);
         for (double x : d) {
@@ -185,7 +191,8 @@ double round_to(double x, int mant, int min_exp, double max_finite, bool saturat
 }
 
 // What converting the exact value x (of a floating source type or not) to U gives, written from
-// the rules in docs/expressions.md: reduced floats round through float32, floating to integer
+// the rules in docs/expressions.md: reduced floats round x once (not through float32, which rounds
+// twice: double 1 + 2^-11 + 2^-40 would give half 1), floating to integer
 // truncates and saturates with NaN as 0, integers wrap to narrower integers, bool is x != 0.
 template <class U>
 double expected_conversion(double x, bool floating_source) {
@@ -193,10 +200,10 @@ double expected_conversion(double x, bool floating_source) {
     if constexpr (std::is_same_v<U, bool>) return x != 0 ? 1 : 0;  // NaN != 0
     else if constexpr (std::is_same_v<U, double>) return x;
     else if constexpr (std::is_same_v<U, float>) return f32(x);
-    else if constexpr (std::is_same_v<U, __half>) return round_to(f32(x), 10, -14, 65504, false);
-    else if constexpr (std::is_same_v<U, __nv_bfloat16>) return round_to(f32(x), 7, -126, 0x1.fep127, false);
-    else if constexpr (std::is_same_v<U, __nv_fp8_e4m3>) return round_to(f32(x), 3, -6, 448, true);
-    else if constexpr (std::is_same_v<U, __nv_fp8_e5m2>) return round_to(f32(x), 2, -14, 57344, true);
+    else if constexpr (std::is_same_v<U, __half>) return round_to(x, 10, -14, 65504, false);
+    else if constexpr (std::is_same_v<U, __nv_bfloat16>) return round_to(x, 7, -126, 0x1.fep127, false);
+    else if constexpr (std::is_same_v<U, __nv_fp8_e4m3>) return round_to(x, 3, -6, 448, true);
+    else if constexpr (std::is_same_v<U, __nv_fp8_e5m2>) return round_to(x, 2, -14, 57344, true);
     else if (floating_source) {
         if (std::isnan(x)) return 0;
         return std::clamp(std::trunc(x), double(std::numeric_limits<U>::lowest()), double(std::numeric_limits<U>::max()));
@@ -511,6 +518,15 @@ TEST_CASE("int8 quantisation per tensor and per channel", "[ops][quantize]") {
         CHECK(cbad == 0);
         CHECK(cworst <= 0.5 + 1e-4);
     }
+    // A channel whose finite range is wider than float's largest value: its scale is finite, as the
+    // per-tensor one (hi - lo overflowed float: "channel 0 has scale inf").
+    const auto wide = from_host<float>({-3e38f, 3e38f, 1.f, 2.f}, {2, 2});
+    const ChannelQuantParams wp = choose_channel_qparams(wide, 0, false);
+    const QuantParams row0 = choose_qparams(wide.narrow(0, 0, 1), false);
+    CHECK(std::fabs(double(wp.scale.to_vector()[0]) - row0.scale) <= 1e-6 * row0.scale);
+    CHECK(wp.zero_point.to_vector()[0] == row0.zero_point);
+    const auto wq = quantize(wide, wp).to_vector();  // the range's ends: the ends of int8, within one rounding
+    CHECK((wq[0] <= -127 && wq[1] == 127 && wq[3] == 127));
     CHECK_THROWS_WITH(quantize(x, QuantParams{0.0, 0}), Catch::Contains("scale must be positive"));
     CHECK_THROWS_WITH(quantize(x, ChannelQuantParams{empty<float>({3}), empty<std::int32_t>({3}), 0}),
                       Catch::Contains("scale must have shape [7]"));

@@ -143,6 +143,14 @@ TEST_CASE("uniform values stay below hi where rounding would reach it; ranges an
     CHECK(late.offset() == std::numeric_limits<std::uint64_t>::max() - 2);  // nothing taken
     Philox near(1, std::numeric_limits<std::uint64_t>::max() - 64);
     CHECK(near.uniform<float>({4}).to_vector() != Philox(1).uniform<float>({4}).to_vector());
+    // A refused draw leaves the generator where it was (torch checks before its offset moves), so a
+    // program that catches the error still draws what it would have.
+    Philox g(5), g_twin(5);
+    CHECK_THROWS_WITH(g.uniform<float>({4}, 1.0, 0.0), Catch::Contains("uniform"));
+    CHECK_THROWS_AS(g.normal<float>({4}, 0.0, -1.0), InvalidArgument);
+    CHECK_THROWS_AS(g.uniform<float>({4}, 0.0, 1.0, {.space = MemorySpace::host}), InvalidArgument);
+    CHECK(g.offset() == 0);
+    CHECK(g.uniform<float>({5}).to_vector() == g_twin.uniform<float>({5}).to_vector());
 }
 
 // The stream's value e from its Philox words on the host, in double: uniform in [a, b) or normal

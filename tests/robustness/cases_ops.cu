@@ -452,6 +452,14 @@ BAD("quantize", "choose_qparams of a tensor holding NaN", Expect::invalid_argume
 BAD("quantize", "asymmetric choose_qparams of a tensor holding -inf", Expect::invalid_argument, "x holds an infinity") {
     (void)choose_qparams(from_host<float>({-std::numeric_limits<float>::infinity(), 1.f}, {2}), false);  // was UB
 };
+BAD("quantize", "per-channel parameters of an undefined tensor", Expect::invalid_argument,
+    "choose_channel_qparams: x is an undefined (default-constructed) tensor") {
+    (void)choose_channel_qparams(Tensor<float>{}, 0);  // said "axis 0 out of range for rank 0"
+};
+BAD("quantize", "per-channel quantize with undefined parameters", Expect::invalid_argument,
+    "scale must have shape [3], not (undefined)") {
+    (void)quantize(dev({3, 4}), ChannelQuantParams{});  // said "not []"
+};
 BAD("quantize", "choose_qparams of an empty tensor", Expect::invalid_argument, "choose_qparams: x (shape [0, 3]) is empty") {
     (void)choose_qparams(zeros<float>({0, 3}));  // the error named amin
 };

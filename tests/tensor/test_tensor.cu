@@ -223,6 +223,9 @@ TEST_CASE("printing shows dtype, shape, place and the corner values", "[tensor][
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const auto nans = tessel::from_host<float>({nan, -nan, 1.5f}, {3});
     CHECK(nans.to_string().find("[nan, nan, 1.5]") != std::string::npos);
+    // float64 values print as themselves (through float they printed inf and 0).
+    const auto wide = tessel::from_host<double>({1e-300, 1e300, -3e39, 5e-324}, {4});
+    CHECK(wide.to_string().find("[1e-300, 1e+300, -3e+39, 4.94066e-324]") != std::string::npos);
 }
 
 TEST_CASE("managed tensors prefetch and take advice; other spaces refuse", "[tensor][managed]") {

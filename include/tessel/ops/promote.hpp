@@ -119,7 +119,7 @@ template <class T>
 using float_result_t = std::conditional_t<is_float_type<T> && !std::is_same_v<T, weak_float>, T, float>;
 
 // Converts a value between element and compute types, in kernels and on the host. Reduced floating
-// types round to nearest even through float32; fp8 saturates to its largest finite value. Floating
+// types round once to nearest even (tessel::detail::to_reduced_float); fp8 saturates to its largest finite value. Floating
 // to integer truncates toward zero, saturating at the integer's range, NaN giving 0 (as the GPU's
 // conversion instructions do, and defined on the host too).
 template <class To, class From>
@@ -128,8 +128,7 @@ __host__ __device__ inline To cast(From v) {
     else if constexpr (is_reduced_float<From>) return cast<To>(float(v));
     else if constexpr (std::is_same_v<To, bool>) return v != From(0);
     else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) return tessel::detail::float_to_int_saturating<To>(v);
-    else if constexpr (std::is_same_v<To, __nv_fp8_e4m3> || std::is_same_v<To, __nv_fp8_e5m2>) return To(float(v));
-    else if constexpr (is_reduced_float<To>) return To(float(v));
+    else if constexpr (is_reduced_float<To>) return tessel::detail::to_reduced_float<To>(v);
     else return static_cast<To>(v);
 }
 

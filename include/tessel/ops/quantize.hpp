@@ -30,7 +30,7 @@ namespace ops::detail {
 template <Element P>
 Tensor<P> along_axis(const Tensor<P>& p, int axis, int rank, std::int64_t channels, const char* what) {
     require(p.dim() == 1 && p.numel() == channels, "quantisation: ", what, " must have shape [", channels, "], not ",
-            p.shape());
+            ::tessel::detail::shape_of(p));
     Tensor<P> v = p;
     for (int d = axis + 1; d < rank; ++d) v = v.unsqueeze(-1);
     return v;
@@ -65,6 +65,7 @@ inline constexpr double smallest_scale = double(std::numeric_limits<float>::min(
 // [min(x, 0), max(x, 0)] onto [-128, 127]. Reads two values back from the device (synchronises).
 template <Element T>
 QuantParams choose_qparams(const Tensor<T>& x, bool symmetric = true) {
+    require(x.defined(), "choose_qparams: x is an undefined (default-constructed) tensor");
     require(x.numel() > 0, "choose_qparams: x (shape ", x.shape(), ") is empty, so it has no range to quantise");
     const double x_min = convert<double>(amin(x).item()), x_max = convert<double>(amax(x).item());
     // std::min(0, NaN) is 0: a NaN would vanish from the range instead of failing.
@@ -81,6 +82,7 @@ QuantParams choose_qparams(const Tensor<T>& x, bool symmetric = true) {
 // Per-channel parameters along `axis`, computed on the device (no synchronisation).
 template <Element T>
 ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool symmetric = true) {
+    require(x.defined(), "choose_channel_qparams: x is an undefined (default-constructed) tensor");
     const int a = ops::detail::wrap_axis(axis, x.dim());
     std::vector<int> others;
     for (int d = 0; d < x.dim(); ++d)
@@ -99,7 +101,8 @@ ChannelQuantParams choose_channel_qparams(const Tensor<T>& x, int axis, bool sym
         (p.scale = where(m == 0, 1.0, maximum(m / 127.0, smallest_scale))).run();
         p.zero_point = zeros<std::int32_t>({x.size(a)}, {.device = x.device()});
     } else {
-        (p.scale = where(hi == lo, 1.0, maximum((hi - lo) / 255.0, smallest_scale))).run();
+        // In double, as choose_qparams: hi - lo of finite floats can overflow float (-3e38 to 3e38).
+        (p.scale = where(hi == lo, 1.0, maximum((cast_to<double>(hi) - cast_to<double>(lo)) / 255.0, smallest_scale))).run();
         (p.zero_point = cast_to<std::int32_t>(clamp(round(-128.0 - lo / p.scale), -128, 127))).run();
     }
     return p;

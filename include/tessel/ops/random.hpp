@@ -100,18 +100,32 @@ public:
     template <Element T>
     Tensor<T> uniform(const Shape& shape, double lo = 0.0, double hi = 1.0, TensorOptions o = {}) {
         Tensor<T> t = empty<T>(shape, o);
-        uniform_fill(t, seed_, take<T>(t.numel()), lo, hi, o.resolved_stream());
+        draw<T>(t.numel(), [&](std::uint64_t first) { uniform_fill(t, seed_, first, lo, hi, o.resolved_stream()); });
         return t;
     }
     // A new tensor of normal values.
     template <Element T>
     Tensor<T> normal(const Shape& shape, double mean = 0.0, double stddev = 1.0, TensorOptions o = {}) {
         Tensor<T> t = empty<T>(shape, o);
-        normal_fill(t, seed_, take<T>(t.numel()), mean, stddev, o.resolved_stream());
+        draw<T>(t.numel(), [&](std::uint64_t first) { normal_fill(t, seed_, first, mean, stddev, o.resolved_stream()); });
         return t;
     }
 
 private:
+    // Runs fill(first value's index) for a draw of n values of T; a fill that refuses its arguments
+    // (a range, a stddev, host memory) leaves the generator where it was, as torch's checks run
+    // before its offset moves, so a program that catches the error still reproduces.
+    template <class T, class Fill>
+    void draw(std::int64_t n, Fill&& fill) {
+        const std::uint64_t before = offset_;
+        const std::uint64_t first = take<T>(n);
+        try {
+            fill(first);
+        } catch (...) {
+            offset_ = before;
+            throw;
+        }
+    }
     // Returns the first value's index in T's units and advances past the draw.
     template <class T>
     std::uint64_t take(std::int64_t n) {

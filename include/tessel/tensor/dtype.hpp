@@ -107,6 +107,20 @@ T largest_finite() {
     else return std::numeric_limits<T>::max();
 }
 
+// float, double or an integer to half, bf16 or fp8 (To), rounded once to nearest even (fp8 saturating
+// at its largest finite value, as its CUDA type does): double through CUDA's double conversions
+// (cvt.rn.f16.f64 and, on sm_90, cvt.rn.bf16.f64), not through float, which would round twice
+// (1 + 2^-11 + 2^-40 came to half 1). Integers of up to 16 bits go through float, exactly, wider
+// ones through double (exact up to 2^53; int64 beyond that rounds twice, as torch's through float does).
+template <class To, class From>
+__host__ __device__ inline To to_reduced_float(From v) {
+    if constexpr (std::is_integral_v<From> && sizeof(From) <= 2) return to_reduced_float<To>(float(v));
+    else if constexpr (std::is_integral_v<From>) return to_reduced_float<To>(double(v));
+    else if constexpr (std::is_same_v<From, double> && std::is_same_v<To, __half>) return __double2half(v);
+    else if constexpr (std::is_same_v<From, double> && std::is_same_v<To, __nv_bfloat16>) return __double2bfloat16(v);
+    else return To(v);  // float to any, and double to fp8 (__nv_cvt_double_to_fp8)
+}
+
 // Floating to integer as the GPU's conversion instructions do it (cvt.rzi.sat): truncation toward
 // zero, saturation at To's range, 0 for NaN. Shared by convert() on the host and ops::cast in kernels.
 template <class To, class From>
@@ -132,8 +146,8 @@ __host__ __device__ inline std::int64_t arange_integer(std::uint64_t i, double s
 }
 }  // namespace detail
 
-// Value conversions on the host, with the device's semantics (tessel::ops::cast): the reduced types
-// go through float; floating to integer truncates toward zero, saturates at the integer's range and
+// Value conversions on the host, with the device's semantics (tessel::ops::cast): from the reduced
+// types through float (exact), to them rounded once (detail::to_reduced_float); floating to integer truncates toward zero, saturates at the integer's range and
 // gives 0 for NaN; anything to bool is `!= 0`.
 template <class To, class From>
 To convert(From v) {
@@ -141,7 +155,7 @@ To convert(From v) {
     else if constexpr (dtype_traits<From>::is_floating && !std::is_arithmetic_v<From>) return convert<To>(float(v));
     else if constexpr (std::is_same_v<To, bool>) return v != From(0);
     else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) return detail::float_to_int_saturating<To>(v);
-    else if constexpr (!std::is_arithmetic_v<To>) return To(float(v));
+    else if constexpr (!std::is_arithmetic_v<To>) return detail::to_reduced_float<To>(v);
     else return static_cast<To>(v);
 }
 

@@ -18,7 +18,7 @@ void print_value(std::ostream& os, T v) {
     if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
     else if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) os << int(v);
     else if constexpr (dtype_traits<T>::is_floating) {
-        const double d = double(convert<float>(v));
+        const double d = convert<double>(v);  // not through float: 1e300 is no inf
         if (std::isnan(d)) os << "nan";  // whatever its sign bit (x86's 0/0 sets it: "-nan"), as torch prints it
         else os << d;
     }
