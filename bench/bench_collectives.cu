@@ -1,5 +1,6 @@
 // tessel-collectives-bench: dist::Communicator's collectives timed the way nccl-tests times NCCL's
-// (all_reduce_perf and friends): sizes from -b to -e bytes in steps of -f, each warmed up, then
+// (all_reduce_perf and friends): sizes from -b to -e bytes in steps of -f (the input's size, or for
+// all_gather the gathered output's, as nccl-tests' size column), each warmed up, then
 // --iters calls timed with events on every rank; the time is the slowest rank's mean. Bandwidths
 // follow nccl-tests' PERFORMANCE.md: algbw = S / t with S the size column, and busbw, the figure to
 // compare with the links' peak, = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
             else if (a == "--json") o.json = value();
             else if (a == "--op") {
                 const std::string v = value();
-                if (v != "all") o.ops = {v};
+                o.ops = v == "all" ? Options{}.ops : std::vector<std::string>{v};  // the last --op wins
             } else fail("unknown option ", a, " (--help lists them)");
         }
         for (const auto& op : o.ops)
@@ -164,9 +165,11 @@ int main(int argc, char** argv) {
                 std::printf("#\n# %s\n#%12s %12s %10s %10s %10s %8s\n", op.c_str(), "size (B)", "count (in)", "time (us)", "algbw GB/s", "busbw GB/s", "#wrong");
             }
             for (std::int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
-                // Elements per rank's input: a multiple of n for the ops that split it in blocks.
+                // Elements per rank's input: a multiple of n for the ops that split it in blocks; for
+                // all_gather 1/n of the size, which is the gathered output's, as nccl-tests' sweep.
                 std::int64_t count = std::max<std::int64_t>(1, bytes / std::int64_t(sizeof(float)));
                 if (op == "reduce_scatter" || op == "all_to_all") count = std::max<std::int64_t>(n, count / n * n);
+                if (op == "all_gather") count = std::max<std::int64_t>(1, count / n);
                 const std::int64_t out_count = op == "all_gather" ? count * n : op == "reduce_scatter" ? count / n : count;
                 std::vector<Tensor<float>> in, out;
                 for (const Communicator& c : cs) {

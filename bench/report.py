@@ -214,9 +214,18 @@ def save(fig, directory, name):
     return out
 
 
-def charts(path, ctx, rows, directory):
+def stems(paths):
+    """A chart file name stem per run: its file name, or where two runs share one (every device
+    check writes bench.json) the path below their common folder, so no run's charts overwrite another's."""
+    plain = {p: os.path.splitext(os.path.basename(p))[0] for p in paths}
+    if len(set(plain.values())) == len(paths):
+        return plain
+    common = os.path.commonpath([os.path.abspath(p) for p in paths]) if len(paths) > 1 else ""
+    return {p: os.path.splitext(os.path.relpath(os.path.abspath(p), common))[0].replace(os.sep, "-") for p in paths}
+
+
+def charts(path, stem, ctx, rows, directory):
     os.makedirs(directory, exist_ok=True)
-    stem = os.path.splitext(os.path.basename(path))[0]
     made = []
     bw = [(name_of(b), gbs(b)) for b in rows if gbs(b)]
     if bw:
@@ -283,7 +292,8 @@ def main():
     p.add_argument("--images", required=True, help="folder for the PNG charts")
     a = p.parse_args()
     runs = {path: load(path) for path in a.runs}
-    images = {path: charts(path, ctx, rows, a.images) for path, (ctx, rows) in runs.items()}
+    names = stems(list(runs))
+    images = {path: charts(path, names[path], ctx, rows, a.images) for path, (ctx, rows) in runs.items()}
     write_markdown(runs, a.markdown, images)
     total = sum(len(v) for v in images.values())
     print(f"report: {sum(len(r) for _, r in runs.values())} benchmarks, {total} chart(s) -> {a.markdown}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks bench/report.py on constructed runs: vendor pairing and its percentage, PyTorch pairing (eager
 and torch.compile, by name, same device only), the vs-vendor chart,
-the current/superseded marking, a failed benchmark's message, and that an existing document keeps its prose outside the markers."""
+the current/superseded marking, a failed benchmark's message, that an existing document keeps its prose outside the markers,
+and that runs sharing a file name keep a chart each."""
 import json
 import os
 import subprocess
@@ -66,6 +67,15 @@ def main():
             "vs-vendor chart": os.path.getsize(os.path.join(d, "img", "2026-12-02-h200-vs-vendor.png")) > 1000,
             "no vendor chart without pairs": not os.path.exists(os.path.join(d, "img", "2026-12-01-h200-vs-vendor.png")),
         }
+        # Two runs with one file name (each device check writes bench.json): a chart each.
+        for sub, device in (("a", "NVIDIA H200"), ("b", "NVIDIA H100")):
+            os.makedirs(os.path.join(d, "twin", sub))
+            run_json(os.path.join(d, "twin", sub, "bench.json"), device, "2026-12-02", [("BM_copy/1024", 10.0, 100.0)])
+        subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(d, "twin", "a", "bench.json"),
+                        os.path.join(d, "twin", "b", "bench.json"), "--markdown", os.path.join(d, "twin.md"), "--images",
+                        os.path.join(d, "twin-img")], check=True)
+        checks["runs sharing a file name keep a chart each"] = sorted(os.listdir(os.path.join(d, "twin-img"))) == [
+            "a-bench-bandwidth.png", "b-bench-bandwidth.png"]
         bad = [k for k, ok in checks.items() if not ok]
         for k in bad:
             print("FAILED:", k)

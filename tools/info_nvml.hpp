@@ -8,8 +8,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -66,13 +69,16 @@ inline std::vector<Gpu> gpus() {
     return out;
 }
 
-// One queryable field: nvidia-smi's name, its unit in csv headers and values ("" for none), and its
-// value for a GPU (empty: [N/A]).
+// One queryable field: nvidia-smi's name, its unit in csv headers and values ("" for none), its
+// value for a GPU (empty: [N/A]), and whether that value is text (a JSON string: "560.35.03" is no
+// JSON number) rather than a number.
 struct Field {
     const char* name;
     const char* unit;
     std::function<std::optional<std::string>(const Gpu&)> value;
+    bool text = false;
 };
+inline constexpr bool text = true;
 
 inline std::string number(double v, int decimals) {
     char b[64];
@@ -86,7 +92,7 @@ inline std::string number_as(const char* format, unsigned v) {
 }
 template <class T>
 std::optional<std::string> as_text(const std::optional<T>& v, double scale = 1, int decimals = 0) {
-    if (!v) return std::nullopt;
+    if (!v || !std::isfinite(double(*v) * scale)) return std::nullopt;  // [N/A] (and JSON null), never "nan"
     return number(double(*v) * scale, decimals);
 }
 
@@ -94,11 +100,11 @@ inline const std::vector<Field>& fields() {
     constexpr double MiB = 1.0 / (1 << 20);
     static const std::vector<Field> f = {
         {"index", "", [](const Gpu& g) { return std::optional<std::string>(std::to_string(g.index)); }},
-        {"name", "", [](const Gpu& g) { return g.name; }},
-        {"compute_cap", "", [](const Gpu& g) { return g.properties ? std::optional<std::string>(g.properties->compute_capability()) : std::nullopt; }},
-        {"uuid", "", [](const Gpu& g) { return g.id.uuid; }},
-        {"pci.bus_id", "", [](const Gpu& g) { return g.id.pci_bus_id; }},
-        {"driver_version", "", [](const Gpu& g) { return g.reading.lost ? std::nullopt : tessel::nvml::driver_version(); }},
+        {"name", "", [](const Gpu& g) { return g.name; }, text},
+        {"compute_cap", "", [](const Gpu& g) { return g.properties ? std::optional<std::string>(g.properties->compute_capability()) : std::nullopt; }, text},
+        {"uuid", "", [](const Gpu& g) { return g.id.uuid; }, text},
+        {"pci.bus_id", "", [](const Gpu& g) { return g.id.pci_bus_id; }, text},
+        {"driver_version", "", [](const Gpu& g) { return g.reading.lost ? std::nullopt : tessel::nvml::driver_version(); }, text},
         {"memory.total", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_total_bytes, MiB); }},
         {"memory.used", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_used_bytes, MiB); }},
         {"memory.free", "MiB", [=](const Gpu& g) { return as_text(g.reading.memory_free_bytes, MiB); }},
@@ -119,7 +125,7 @@ inline const std::vector<Field>& fields() {
              char b[32];
              std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(*r.clock_event_reasons));
              return std::optional<std::string>(b);
-         }},
+         }, text},
         {"clocks_event_reasons.names", "",
          [](const Gpu& g) {
              const auto& r = g.reading;
@@ -127,7 +133,7 @@ inline const std::vector<Field>& fields() {
              std::string s;
              for (const auto& n : tessel::nvml::clock_reason_names(*r.clock_event_reasons)) s += (s.empty() ? "" : "; ") + n;
              return std::optional<std::string>(s.empty() ? "none" : s);
-         }},
+         }, text},
         {"ecc.errors.corrected.volatile.total", "", [](const Gpu& g) { return as_text(g.reading.ecc_corrected); }},
         {"ecc.errors.uncorrected.volatile.total", "", [](const Gpu& g) { return as_text(g.reading.ecc_uncorrected); }},
         {"pcie.link.gen.current", "", [](const Gpu& g) { return as_text(g.reading.pcie_generation); }},
@@ -147,6 +153,14 @@ inline std::vector<const Field*> parse_fields(const std::string& list) {
         at = comma + 1;
         name.erase(0, name.find_first_not_of(' '));
         name.erase(name.find_last_not_of(' ') + 1);
+        // nvidia-smi's other spellings of the same fields (--help-query-gpu), and the names its
+        // clock event reasons had before driver 535.
+        static const std::pair<const char*, const char*> aliases[] = {
+            {"gpu_name", "name"}, {"gpu_uuid", "uuid"}, {"gpu_bus_id", "pci.bus_id"}, {"clocks.current.sm", "clocks.sm"},
+            {"clocks.current.memory", "clocks.mem"}, {"clocks.max.memory", "clocks.max.mem"},
+            {"clocks_throttle_reasons.active", "clocks_event_reasons.active"}};
+        for (const auto& [alias, canonical] : aliases)
+            if (name == alias) name = canonical;
         const Field* hit = nullptr;
         for (const Field& f : fields())
             if (name == f.name) hit = &f;
@@ -219,8 +233,7 @@ inline void print_query(const std::vector<const Field*>& fs, const Format& fmt) 
         for (const Field* f : fs) {
             const std::optional<std::string> v = f->value(g);
             if (fmt.json) {
-                const bool numeric = v && !v->empty() && v->find_first_not_of("0123456789.-") == std::string::npos;
-                line += std::string(line.empty() ? "" : ", ") + json_string(f->name) + ": " + (!v ? "null" : numeric ? *v : json_string(*v));
+                line += std::string(line.empty() ? "" : ", ") + json_string(f->name) + ": " + (!v ? "null" : f->text ? json_string(*v) : *v);
             } else {
                 // nvidia-smi's words for a value it cannot read from a GPU that fell off the bus.
                 line += std::string(line.empty() ? "" : ", ") +
@@ -351,7 +364,8 @@ inline void write_prometheus(const std::string& path) {
     }
     const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
     std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) throw std::runtime_error("--prometheus: cannot write " + tmp);
+    if (!f)  // the temporary file beside FILE, named too: its folder is what must be writable
+        throw std::runtime_error("--prometheus: cannot write " + path + " (its temporary file " + tmp + ": " + std::strerror(errno) + ")");
     const bool ok = std::fputs(text.c_str(), f) >= 0;
     if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), target.string().c_str()) != 0) {
         std::remove(tmp.c_str());

@@ -214,11 +214,13 @@ int main(int argc, char** argv) try {
         return 0;
     }
     const bool json = argc == 2 && std::strcmp(argv[1], "--json") == 0;
-    if (argc > 1 && !json) {
-        std::fprintf(stderr, "usage: tessel-info [--json | --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch S [--count N]] |\n"
-                             "                    --processes | --prometheus [FILE] | --bandwidth [MiB] |\n"
-                             "                    --memory-snapshot IN.json OUT.html | --matmul M N K DTYPE [fused]]\n");
-        return 2;
+    const bool help = argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+    if (argc > 1 && !json) {  // --help: the usage on stdout and success, as nvidia-smi -h
+        std::fprintf(help ? stdout : stderr,
+                     "usage: tessel-info [--json | --query=FIELD,... [--format=csv[,noheader][,nounits]|json] [--watch S [--count N]] |\n"
+                     "                    --processes | --prometheus [FILE] | --bandwidth [MiB] |\n"
+                     "                    --memory-snapshot IN.json OUT.html | --matmul M N K DTYPE [fused]]\n");
+        return help ? 0 : 2;
     }
     const auto v = tessel::versions();
     json ? print_json(v) : print_table(v);

@@ -9,7 +9,11 @@
 // sim each rank also gets TESSEL_SIM_DEVICES=N (unless set), so LOCAL_RANK names a simulated device
 // of its own. docs/multi-gpu.md.
 //
-//   tessel-run -n N [--master-port P] [--grace SECONDS] [--] program [args...]
+//   tessel-run -n N [--master-addr A] [--master-port P] [--grace SECONDS] [--] program [args...]
+// Options as torchrun spells them too: --nproc-per-node / --nproc_per_node, --master_addr,
+// --master_port, and --option=value. MASTER_ADDR is the job's own (127.0.0.1 unless --master-addr),
+// never one inherited from the environment, which a cluster's job script may have set for another
+// host (torchrun does the same).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +49,10 @@ struct Rank {
     int status = 0;
 };
 
+constexpr const char* usage_line = "usage: tessel-run -n N [--master-addr A] [--master-port P] [--grace SECONDS] [--] program [args...]\n";
+
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr, "tessel-run: %s\nusage: tessel-run -n N [--master-port P] [--grace SECONDS] [--] program [args...]\n", why);
+    std::fprintf(stderr, "tessel-run: %s\n%s", why, usage_line);
     std::exit(2);
 }
 
@@ -109,22 +116,33 @@ std::string describe(int status) {
 int main(int argc, char** argv) try {
     int n = 0, port = 0;
     double grace = 10;
+    std::string master_addr = "127.0.0.1";
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; ++i) {
-        const std::string a = argv[i];
+        std::string a = argv[i];
         if (a == "--") {
             ++i;
             break;
         }
-        auto value = [&]() -> const char* {
+        // --option=value, and torchrun's underscores (--nproc_per_node) read as dashes.
+        std::optional<std::string> inline_value;
+        if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) inline_value = a.substr(eq + 1), a.resize(eq);
+        if (a.rfind("--", 0) == 0) std::replace(a.begin() + 2, a.end(), '_', '-');
+        auto value = [&]() -> std::string {
+            if (inline_value) return *inline_value;
             if (i + 1 >= argc) usage(("missing value after " + a).c_str());
             return argv[++i];
         };
-        if (a == "-n" || a == "--nproc-per-node") n = int(tessel::env::parse_integer("-n", value(), 1, max_ranks));
-        else if (a == "--master-port") port = int(tessel::env::parse_integer("--master-port", value(), 1, 65535));
-        else if (a == "--grace") grace = tessel::env::parse_decimal("--grace", value(), 0, 86400);
-        else if (a == "-h" || a == "--help") usage("starts N ranks of a program");
-        else usage(("unknown option " + a).c_str());
+        if (a == "-n" || a == "--nproc-per-node") n = int(tessel::env::parse_integer("-n", value().c_str(), 1, max_ranks));
+        else if (a == "--master-port") port = int(tessel::env::parse_integer("--master-port", value().c_str(), 1, 65535));
+        else if (a == "--master-addr") {
+            master_addr = value();
+            if (master_addr.empty()) usage("--master-addr: an empty address");
+        } else if (a == "--grace") grace = tessel::env::parse_decimal("--grace", value().c_str(), 0, 86400);
+        else if (a == "-h" || a == "--help") {
+            std::printf("tessel-run: starts N ranks of a program on this host, as torchrun's single-node mode\n%s", usage_line);
+            return 0;
+        } else usage(("unknown option " + std::string(argv[i])).c_str());
     }
     if (n < 1) usage("-n N: the number of ranks (at least 1)");
     if (i >= argc) usage("no program given");
@@ -181,7 +199,7 @@ int main(int argc, char** argv) try {
             ::sigprocmask(SIG_SETMASK, &before, nullptr);  // a pending signal now acts as it would on the program
             ::dup2(fds[1], 1);
             ::dup2(fds[1], 2);
-            ::setenv("MASTER_ADDR", "127.0.0.1", 0);
+            ::setenv("MASTER_ADDR", master_addr.c_str(), 1);
             ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
             ::setenv("RANK", std::to_string(r).c_str(), 1);
             ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);

@@ -84,6 +84,10 @@ def info_checks(info):
     refused([info, "--queryx=index"], "usage", "tessel-info --queryx is not taken for --query")
     refused([info, "--json", "extra"], "usage", "tessel-info --json with extra arguments is refused")
     refused([info, "--bandwidth", "abc"], "--bandwidth='abc'", "tessel-info --bandwidth abc exits 2 like the other bad numbers")
+    for flag in ["--help", "-h"]:  # usage on stdout and success, as nvidia-smi -h
+        r = run([info, flag])
+        check(r.returncode == 0 and r.stdout.startswith("usage: tessel-info"), f"tessel-info {flag} prints its usage and succeeds",
+              f"exit {r.returncode}: {r.stdout[-200:]!r} {r.stderr[-200:]!r}")
     # Bad snapshots: an error naming what is wrong, never a crash or a wrapped size.
     with tempfile.TemporaryDirectory() as d:
         good = {"tessel_snapshot": 1, "segments": [{"device": 0, "address": 4096, "total_size": 2048, "allocated_size": 512,
@@ -137,6 +141,18 @@ def info_checks(info):
     lines = r.stdout.splitlines()
     check(r.returncode == 0 and lines[0] == "memory.total [MiB]" and lines[1].strip().isdigit(),
           "tessel-info --format=csv,nounits keeps the header's units (and --query-gpu works)", r.stdout + r.stderr)
+    # json: text fields are strings whatever they look like (a driver version "560.35.03" is no JSON
+    # number; compute_cap "9.0" stays "9.0"), numbers are numbers; nvidia-smi's other spellings of
+    # fields (gpu_name, clocks.current.sm) name the same fields.
+    r = run([info, "--query=index,compute_cap,driver_version,uuid,gpu_name,memory.total,clocks.current.sm", "--format=json"])
+    try:
+        d = json.loads(r.stdout)[0]
+        check(r.returncode == 0 and isinstance(d["index"], int) and isinstance(d["compute_cap"], str) and
+              isinstance(d["driver_version"], str) and isinstance(d["uuid"], str) and isinstance(d["name"], str) and
+              isinstance(d["memory.total"], (int, float)) and isinstance(d["clocks.sm"], (int, float)),
+              "tessel-info --format=json quotes text fields and takes nvidia-smi's aliases", r.stdout)
+    except (ValueError, KeyError, IndexError) as e:
+        check(False, "tessel-info --format=json quotes text fields and takes nvidia-smi's aliases", f"{e}: {r.stdout!r} {r.stderr!r}")
     # json with --watch: one document per line.
     r = run([info, "--query=index,name,power.draw", "--format=json", "--watch", "0.05", "--count", "2"])
     try:
@@ -174,6 +190,16 @@ def run_checks(tr):
     refused([tr, "-n", "1", "--master-port", "0", "true"], "--master-port='0'", "tessel-run --master-port 0 is refused")
     r = run([tr, "-n", "2", "--", "sh", "-c", "echo rank $RANK of $WORLD_SIZE"])
     check(r.returncode == 0 and "[rank 1] rank 1 of 2" in r.stdout, "tessel-run -- ends its options", r.stdout + r.stderr)
+    # torchrun's spellings; the job's own MASTER_ADDR, never one inherited from the environment.
+    r = run([tr, "--nproc_per_node=2", "--master_port=29517", "sh", "-c", "echo rank $RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT"],
+            env={"MASTER_ADDR": "192.0.2.1"})
+    check(r.returncode == 0 and "[rank 1] rank 1 of 2 at 127.0.0.1:29517" in r.stdout,
+          "tessel-run takes --option=value and torchrun's underscores, and sets MASTER_ADDR itself", r.stdout + r.stderr)
+    r = run([tr, "-n", "1", "--master-addr", "localhost", "sh", "-c", "echo at $MASTER_ADDR"])
+    check(r.returncode == 0 and "[rank 0] at localhost" in r.stdout, "tessel-run --master-addr sets the ranks' MASTER_ADDR", r.stdout + r.stderr)
+    refused([tr, "--nproc-per-node=0", "true"], "-n='0'", "tessel-run --nproc-per-node=0 is refused")
+    r = run([tr, "--help"])
+    check(r.returncode == 0 and "usage: tessel-run" in r.stdout, "tessel-run --help prints its usage and succeeds", r.stdout + r.stderr)
 
     # A signal to tessel-run reaches every rank, and no rank outlives it.
     scratch = tempfile.TemporaryDirectory()
@@ -253,6 +279,18 @@ def collectives_checks(cb):
         r = run([cb] + args)
         check(r.returncode == 1 and message in r.stderr and "tessel-collectives-bench: tessel-collectives-bench" not in r.stderr,
               f"tessel-collectives-bench {' '.join(args)} is refused", f"exit {r.returncode}: {r.stderr[-300:]!r}")
+    # The last --op wins (all: every collective); every sweep, all_gather's included, stays within
+    # -b..-e, as nccl-tests' (its size column is the gathered output).
+    r = run([cb, "-g", "2", "-b", "1K", "-e", "4K", "-f", "4", "--iters", "1", "--warmup", "0", "--op", "all_reduce", "--op", "all"],
+            env={"TESSEL_SIM_DEVICES": "2"})
+    sizes, op = {}, None
+    for line in r.stdout.splitlines():
+        if line.startswith("# ") and line[2:].strip() and " " not in line[2:].strip():
+            op = line[2:].strip()
+        elif op and line.strip() and not line.startswith("#"):
+            sizes.setdefault(op, []).append(int(line.split()[0]))
+    check(r.returncode == 0 and len(sizes) == 6 and all(v == [1024, 4096] for v in sizes.values()),
+          "tessel-collectives-bench: the last --op wins, and every sweep keeps within -b..-e", f"{sizes}: {r.stdout[-600:]!r}")
 
 
 def bench_checks(bench):
