@@ -164,12 +164,15 @@ int main(int argc, char** argv) {
             if (printer) {
                 std::printf("#\n# %s\n#%12s %12s %10s %10s %10s %8s\n", op.c_str(), "size (B)", "count (in)", "time (us)", "algbw GB/s", "busbw GB/s", "#wrong");
             }
+            std::int64_t previous_count = 0;  // sizes below a float per block round up to one: not repeated
             for (std::int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
                 // Elements per rank's input: a multiple of n for the ops that split it in blocks; for
                 // all_gather 1/n of the size, which is the gathered output's, as nccl-tests' sweep.
                 std::int64_t count = std::max<std::int64_t>(1, bytes / std::int64_t(sizeof(float)));
                 if (op == "reduce_scatter" || op == "all_to_all") count = std::max<std::int64_t>(n, count / n * n);
                 if (op == "all_gather") count = std::max<std::int64_t>(1, count / n);
+                if (count == previous_count) continue;
+                previous_count = count;
                 const std::int64_t out_count = op == "all_gather" ? count * n : op == "reduce_scatter" ? count / n : count;
                 std::vector<Tensor<float>> in, out;
                 for (const Communicator& c : cs) {

@@ -76,6 +76,8 @@ def main():
                         os.path.join(d, "twin-img")], check=True)
         checks["runs sharing a file name keep a chart each"] = sorted(os.listdir(os.path.join(d, "twin-img"))) == [
             "a-bench-bandwidth.png", "b-bench-bandwidth.png"]
+        twin = open(os.path.join(d, "twin.md")).read()
+        checks["and a heading each"] = "## a-bench.json (current)" in twin and "## b-bench.json (current)" in twin
         bad = [k for k, ok in checks.items() if not ok]
         for k in bad:
             print("FAILED:", k)

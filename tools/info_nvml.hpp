@@ -352,8 +352,10 @@ inline void write_prometheus(const std::string& path) {
     if (fs::exists(st) && !fs::is_regular_file(st)) {
         if (fs::is_directory(st)) throw std::runtime_error("--prometheus: " + path + " is a directory");
         std::FILE* f = std::fopen(path.c_str(), "w");
-        const bool ok = f && std::fputs(text.c_str(), f) >= 0;
-        if (!f || (std::fclose(f) != 0) || !ok) throw std::runtime_error("--prometheus: cannot write " + path);
+        int error = f ? 0 : errno;
+        if (f && std::fputs(text.c_str(), f) < 0) error = errno ? errno : EIO;
+        if (f && std::fclose(f) != 0 && !error) error = errno ? errno : EIO;
+        if (error) throw std::runtime_error("--prometheus: cannot write " + path + ": " + std::strerror(error));
         return;
     }
     fs::path target = path;  // the file a chain of links ends at (it may not exist yet)
@@ -364,12 +366,15 @@ inline void write_prometheus(const std::string& path) {
     }
     const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
     std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f)  // the temporary file beside FILE, named too: its folder is what must be writable
-        throw std::runtime_error("--prometheus: cannot write " + path + " (its temporary file " + tmp + ": " + std::strerror(errno) + ")");
+    if (!f) {  // the temporary file beside FILE, named too: its folder is what must be writable
+        const std::string reason = std::strerror(errno);
+        throw std::runtime_error("--prometheus: cannot write " + path + " (its temporary file " + tmp + ": " + reason + ")");
+    }
     const bool ok = std::fputs(text.c_str(), f) >= 0;
     if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), target.string().c_str()) != 0) {
+        const std::string reason = std::strerror(errno);
         std::remove(tmp.c_str());
-        throw std::runtime_error("--prometheus: cannot write " + path);
+        throw std::runtime_error("--prometheus: cannot write " + path + ": " + reason);
     }
 }
 

@@ -43,8 +43,8 @@ private:
     static long long integer(const char* name, bool required, long long fallback) {
         const char* v = std::getenv(name);
         if (!v || !*v) {
-            require(!required, name, " is not set: a multi-process job needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (LOCAL_RANK "
-                                     "defaults to RANK); "
+            require(!required, name, " is not set: a multi-process job needs MASTER_PORT, RANK and WORLD_SIZE (MASTER_ADDR defaults "
+                                     "to 127.0.0.1, LOCAL_RANK to RANK); "
                                      "start it with `tessel-run -n N program` (or torchrun), or set them");
             return fallback;
         }

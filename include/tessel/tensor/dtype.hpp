@@ -110,11 +110,14 @@ T largest_finite() {
 // float, double or an integer to half, bf16 or fp8 (To), rounded once to nearest even (fp8 saturating
 // at its largest finite value, as its CUDA type does): double through CUDA's double conversions
 // (cvt.rn.f16.f64 and, on sm_90, cvt.rn.bf16.f64), not through float, which would round twice
-// (1 + 2^-11 + 2^-40 came to half 1). Integers of up to 16 bits go through float, exactly, wider
-// ones through double (exact up to 2^53; int64 beyond that rounds twice, as torch's through float does).
+// (1 + 2^-11 + 2^-40 came to half 1). Integers go through float, except wider ones to bf16, which go
+// through double (exact up to 2^53; int64 beyond that rounds twice, as torch's through float does):
+// beyond float's 2^24 an integer is past half's and fp8's range, where float's rounding cannot
+// change the result, but not past bf16's (int32 2^24 + 2^16 + 1 came to bf16 2^24).
 template <class To, class From>
 __host__ __device__ inline To to_reduced_float(From v) {
-    if constexpr (std::is_integral_v<From> && sizeof(From) <= 2) return to_reduced_float<To>(float(v));
+    if constexpr (std::is_integral_v<From> && (sizeof(From) <= 2 || !std::is_same_v<To, __nv_bfloat16>))
+        return to_reduced_float<To>(float(v));
     else if constexpr (std::is_integral_v<From>) return to_reduced_float<To>(double(v));
     else if constexpr (std::is_same_v<From, double> && std::is_same_v<To, __half>) return __double2half(v);
     else if constexpr (std::is_same_v<From, double> && std::is_same_v<To, __nv_bfloat16>) return __double2bfloat16(v);
