@@ -164,8 +164,7 @@ def write_markdown(runs, out, images, names):
     current = current_runs(runs)
     for path, (ctx, rows) in runs.items():
         status = "current" if path in current else "superseded by a newer run on the same device"
-        title = os.path.basename(path) if names[path] == os.path.splitext(os.path.basename(path))[0] else names[path] + ".json"
-        lines += [f"## {title} ({status})", ""]
+        lines += [f"## {names[path]}{os.path.splitext(path)[1]} ({status})", ""]
         figures = ctx.get("figures", "")
         lines += [f"- device: {ctx.get('device', '?')} ({ctx.get('backend', '?')}; {figures})",
                   f"- compute capability {ctx.get('compute_capability', '?')}, {ctx.get('sm_count', '?')} SMs, "

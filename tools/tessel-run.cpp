@@ -133,12 +133,12 @@ int main(int argc, char** argv) try {
             if (i + 1 >= argc) usage(("missing value after " + a).c_str());
             return argv[++i];
         };
-        if (a == "-n" || a == "--nproc-per-node") n = int(tessel::env::parse_integer("-n", value().c_str(), 1, max_ranks));
-        else if (a == "--master-port") port = int(tessel::env::parse_integer("--master-port", value().c_str(), 1, 65535));
+        if (a == "-n" || a == "--nproc-per-node") n = int(tessel::env::parse_integer("-n", value(), 1, max_ranks));
+        else if (a == "--master-port") port = int(tessel::env::parse_integer("--master-port", value(), 1, 65535));
         else if (a == "--master-addr") {
             master_addr = value();
             if (master_addr.empty()) usage("--master-addr: an empty address");
-        } else if (a == "--grace") grace = tessel::env::parse_decimal("--grace", value().c_str(), 0, 86400);
+        } else if (a == "--grace") grace = tessel::env::parse_decimal("--grace", value(), 0, 86400);
         else if (a == "-h" || a == "--help") {
             std::printf("tessel-run: starts N ranks of a program on this host, as torchrun's single-node mode\n%s", usage_line);
             return 0;

@@ -452,6 +452,10 @@ BAD("quantize", "choose_qparams of a tensor holding NaN", Expect::invalid_argume
 BAD("quantize", "asymmetric choose_qparams of a tensor holding -inf", Expect::invalid_argument, "x holds an infinity") {
     (void)choose_qparams(from_host<float>({-std::numeric_limits<float>::infinity(), 1.f}, {2}), false);  // was UB
 };
+BAD("quantize", "choose_qparams of an undefined tensor", Expect::invalid_argument,
+    "choose_qparams: x is an undefined (default-constructed) tensor") {
+    (void)choose_qparams(Tensor<float>{});  // the error named amin
+};
 BAD("quantize", "per-channel parameters of an undefined tensor", Expect::invalid_argument,
     "choose_channel_qparams: x is an undefined (default-constructed) tensor") {
     (void)choose_channel_qparams(Tensor<float>{}, 0);  // said "axis 0 out of range for rank 0"

@@ -234,8 +234,9 @@ Tensor<matmul_result_t<T>> matmul(const Tensor<T>& a, const Tensor<T>& b, const 
                                   const MatmulEpilogue<matmul_result_t<T>>& epilogue = {},
                                   std::source_location site = std::source_location::current()) {
     using R = matmul_result_t<T>;
-    static_assert(ops::detail::matmul_types<T, R>, "matmul takes float, double, __half, __nv_bfloat16, int8 and fp8 e4m3 tensors (not e5m2: cuBLASLt has no e5m2 x e5m2 "
-                  "product)");
+    static_assert(ops::detail::matmul_types<T, R>,
+                  "matmul takes float, double, __half, __nv_bfloat16, int8 and fp8 e4m3 tensors (not e5m2: cuBLASLt has no "
+                  "e5m2 x e5m2 product)");
     const ops::detail::MatmulShapes s = ops::detail::matmul_shapes(a, b);
     require(options.beta == 0, "matmul: beta = ", options.beta, " scales an existing output; pass one (matmul(a, b, out, options))");
     const rt::stream_t stream = options.stream ? *options.stream : current_stream(a.device()).handle();

@@ -119,9 +119,9 @@ template <class T>
 using float_result_t = std::conditional_t<is_float_type<T> && !std::is_same_v<T, weak_float>, T, float>;
 
 // Converts a value between element and compute types, in kernels and on the host. Reduced floating
-// types round once to nearest even (tessel::detail::to_reduced_float); fp8 saturates to its largest finite value. Floating
-// to integer truncates toward zero, saturating at the integer's range, NaN giving 0 (as the GPU's
-// conversion instructions do, and defined on the host too).
+// types round once to nearest even (tessel::detail::to_reduced_float); fp8 saturates to its largest
+// finite value. Floating to integer truncates toward zero, saturating at the integer's range, NaN
+// giving 0 (as the GPU's conversion instructions do, and defined on the host too).
 template <class To, class From>
 __host__ __device__ inline To cast(From v) {
     if constexpr (std::is_same_v<To, From>) return v;

@@ -150,8 +150,9 @@ __host__ __device__ inline std::int64_t arange_integer(std::uint64_t i, double s
 }  // namespace detail
 
 // Value conversions on the host, with the device's semantics (tessel::ops::cast): from the reduced
-// types through float (exact), to them rounded once (detail::to_reduced_float); floating to integer truncates toward zero, saturates at the integer's range and
-// gives 0 for NaN; anything to bool is `!= 0`.
+// types through float (exact), to them rounded once (detail::to_reduced_float); floating to integer
+// truncates toward zero, saturates at the integer's range and gives 0 for NaN; anything to bool is
+// `!= 0`.
 template <class To, class From>
 To convert(From v) {
     if constexpr (std::is_same_v<To, From>) return v;
