@@ -19,9 +19,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +33,7 @@
 #include <vector>
 
 #include <tessel/core/env.hpp>
+#include <tessel/dist/socket.hpp>
 
 namespace {
 
@@ -56,19 +55,15 @@ constexpr const char* usage_line = "usage: tessel-run -n N [--master-addr A] [--
     std::exit(2);
 }
 
-// A port no one listens on now (bound then released; the job's rank 0 takes it a moment later).
-int free_port() {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-        std::perror("tessel-run: finding a free port");
-        std::exit(1);
-    }
-    ::close(s);
-    return ntohs(a.sin_port);
+// A port no one listens on now on any interface, where rank 0's store will listen (bound, then
+// released; rank 0 takes it a moment later). MASTER_ADDR must be an address of this host (every rank
+// connects to the store there): one this host cannot listen on is refused here, before any rank starts.
+int free_port(const std::string& master_addr) try {
+    (void)tessel::dist::Listener(master_addr, 0);
+    return tessel::dist::Listener("", 0).port();
+} catch (const std::exception& e) {
+    std::fprintf(stderr, "tessel-run: finding a free port: %s (--master-addr must name this host)\n", e.what());
+    std::exit(1);
 }
 
 void emit(int rank, const std::string& line) {
@@ -146,7 +141,7 @@ int main(int argc, char** argv) try {
     }
     if (n < 1) usage("-n N: the number of ranks (at least 1)");
     if (i >= argc) usage("no program given");
-    if (port == 0) port = free_port();
+    if (port == 0) port = free_port(master_addr);
 
     if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return std::perror("tessel-run: pipe"), 1;
     // The signals passed on to the ranks; one this process was started ignoring (nohup, a shell's

@@ -9,6 +9,11 @@
 #include <tessel/dist/communicator.hpp>
 #include <tessel/tessel.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -313,6 +318,37 @@ TEST_CASE("TcpStore: set, get and add across clients; get and connect time out n
                       Catch::Contains("127.0.0.1:" + std::to_string(closed_port)) && Catch::Contains("is rank 0 running"));
 }
 
+TEST_CASE("TcpStore: a connect to a host that does not answer gives up at the timeout", "[dist]") {
+    // A listener whose accept queue is full drops further connection requests, as a host behind a
+    // firewall does: a blocking connect would wait for the kernel's retries (minutes).
+    tessel::dist::Listener full("127.0.0.1", 0);
+    std::vector<tessel::dist::Socket> queued;
+    for (int i = 0; i < 64; ++i) {  // fill the queue (128 deep) without accepting; later ones stall
+        tessel::dist::Socket s(::socket(AF_INET, SOCK_STREAM, 0));
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(std::uint16_t(full.port()));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ::fcntl(s.fd(), F_SETFL, O_NONBLOCK);
+        (void)::connect(s.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof a);
+        queued.push_back(std::move(s));
+    }
+    for (int i = 0; i < 200; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            // Queued (the kernel completes the handshake for the accept queue): it stays there after
+            // the client closes, one more toward a full queue.
+            tessel::dist::TcpStore client("127.0.0.1", full.port(), false, std::chrono::milliseconds(300));
+            continue;
+        } catch (const tessel::dist::NetworkError& e) {
+            CHECK_THAT(e.what(), Catch::Contains("did not answer") && Catch::Contains("within 300 ms"));
+        }
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+        return;
+    }
+    WARN("this kernel never dropped a connection request to a full accept queue: the case was not exercised");
+}
+
 TEST_CASE("TcpStore: the serving rank reaches its store on the address MASTER_ADDR names, IPv4 or IPv6", "[dist]") {
     using tessel::dist::TcpStore;
     // 127.0.0.2 stands for a host's network address: a listener bound there is not reachable at
@@ -331,6 +367,10 @@ TEST_CASE("TcpStore: the serving rank reaches its store on the address MASTER_AD
         server.set("id", "x");
         CHECK(client.get("id") == "x");
         CHECK(server.add("n", 2) == 2);
+        // It listens on every interface, as torch's: another host reaches it at this host's network
+        // address even where MASTER_ADDR resolves here to a loopback one (Debian's 127.0.1.1).
+        TcpStore elsewhere("127.0.0.3", server.port(), false, std::chrono::seconds(2));
+        CHECK(elsewhere.get("id") == "x");
     }
 }
 
@@ -467,6 +507,54 @@ TEST_CASE("a rank per thread: one that aborts fails the others at once; one that
     for (const auto& r : results)
         CHECK_THAT(r, Contains("all_reduce: the ranks disagree") && Contains("rank 0 calls all_reduce of 10 elements") &&
                           Contains("rank 1 calls all_reduce of 11 elements"));
+}
+
+TEST_CASE("the debug exchange waits under the timeout: a rank that never calls aborts the communicator", "[.dist4]") {
+    using Catch::Contains;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto results = in_threads(2, [](const Communicator& c) -> std::string {
+        if (c.rank() == 1) {  // never calls; stays a member until rank 0 has given up
+            std::this_thread::sleep_for(std::chrono::seconds(2));
+            return "";
+        }
+        auto t = tessel::ones<float>({8}, {.device = c.device()});
+        std::string what = "no error";
+        try {
+            c.all_reduce(t);
+        } catch (const tessel::Error& e) {
+            what = e.what();
+        }
+        try {  // the aborted exchange's failure, which the sim reports on the stream (NCCL's kernels just end)
+            tessel::current_stream(c.device()).synchronize();
+        } catch (const tessel::Error&) {
+        }
+        return what;
+    }, {.timeout = std::chrono::milliseconds(300), .debug_checks = true});
+    CHECK_THAT(results[0], Contains("the debug exchange (TESSEL_DIST_DEBUG) before all_reduce on rank 0 did not complete within 300 ms"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+}
+
+TEST_CASE("a dist::group whose body throws aborts the communicators whose calls it had issued", "[.dist4]") {
+    using Catch::Contains;
+    // Rank 0's all_reduce is issued; rank 1's is refused (a tensor of another device). NCCL runs rank
+    // 0's at the group's end with no counterpart: its communicator is aborted, so the next call
+    // throws instead of pairing with it, and the stream does not hang.
+    const auto comms = Communicator::create_local(first(2), {.timeout = std::chrono::seconds(60)});
+    const auto a0 = tessel::ones<float>({8}, {.device = Device{0}});
+    const auto wrong = tessel::ones<float>({8}, {.device = Device{0}});
+    CHECK_THROWS_WITH(tessel::dist::group([&] {
+        comms[0].all_reduce(a0);
+        comms[1].all_reduce(wrong);
+    }), Contains("the tensor is on device 0, rank 1 is device 1"));
+    const auto t0 = std::chrono::steady_clock::now();
+    try {  // the aborted call ends (the sim reports its failure on the stream; NCCL's kernels just end)
+        tessel::current_stream(Device{0}).synchronize();
+    } catch (const tessel::Error&) {
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    CHECK_THROWS_WITH(comms[0].all_reduce(a0), Contains("communicator aborted") && Contains("all_reduce on rank 0") &&
+                                                   Contains("the dist::group it was issued in threw before its end") &&
+                                                   Contains("the tensor is on device 0, rank 1 is device 1"));
 }
 
 // ---- NCCL's semantics the sim's stand-in follows, and the misuse tessel refuses ----

@@ -333,7 +333,7 @@ TEST_CASE("fragmentation: freed holes cannot serve a larger request; max_split_s
 TEST_CASE("set_memory_fraction caps reservations with an OutOfMemoryError that says so", "[memory]") {
     auto a = fresh();
     const auto total = tessel::properties(tessel::Device{0}).total_memory;
-    a->set_memory_fraction(double(64 * MiB) / double(total));
+    a->set_memory_fraction(double(50 * MiB) / double(total));
     mem::Block* ok = a->malloc(40 * MiB, nullptr);
     try {
         (void)a->malloc(40 * MiB, nullptr);
@@ -345,6 +345,18 @@ TEST_CASE("set_memory_fraction caps reservations with an OutOfMemoryError that s
         CHECK(msg.find("set_memory_fraction") != std::string::npos);
     }
     CHECK(a->stats().num_ooms == 1);
+    // A small request whose 20 MiB segment the cap refuses: the message blames the cap, not cudaMalloc
+    // (which was never called).
+    try {
+        (void)a->malloc(6 * MiB, nullptr);
+        FAIL("a segment past the memory fraction was made");
+    } catch (const tessel::OutOfMemoryError& e) {
+        const std::string msg = e.what();
+        INFO(msg);
+        CHECK(msg.find("tried to allocate 6.00 MiB, which needs a new segment of 20.00 MiB; that would take tessel's "
+                       "reservations (40.00 MiB) past set_memory_fraction's cap of 50.00 MiB") != std::string::npos);
+        CHECK(msg.find("cudaMalloc") == std::string::npos);
+    }
     CHECK_THROWS_AS(a->set_memory_fraction(1.5), tessel::InvalidArgument);
     a->free(ok);
     a->empty_cache();

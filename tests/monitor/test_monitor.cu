@@ -401,6 +401,43 @@ TEST_CASE("What a callback throws on the monitor's thread is kept and rethrown b
     CHECK_THAT(message([&] { self.stop(); }), Catch::Contains("Monitor::stop: called on the monitor's own thread"));
 }
 
+TEST_CASE("A throwing callback keeps no other policy's callback from running, and a new run forgets the old failure", "[monitor]") {
+    if (tessel::device_count() == 0) return;
+    // Both policies hold at every sample (0 C, 0 W): each fires once, at the first sample, where the
+    // temperature's callback throws before the power's would run.
+    std::atomic<int> power_calls{0};
+    Monitor m({.period = std::chrono::milliseconds(2), .devices = {Device{0}}});
+    m.add_policy(Policy::temperature_above(0, [](const Alert&) { throw std::runtime_error("the first run's failure"); }));
+    m.add_policy(Policy::power_above(0, [&](const Alert&) { ++power_calls; }));
+    m.start();
+    while (m.history(Device{0}).size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    m.halt();  // the failure is kept
+    CHECK(power_calls.load() == 1);
+    // A second run whose callbacks no longer fire (both policies still active): its stop() has
+    // nothing to report.
+    m.start();
+    while (m.history(Device{0}).size() < 6) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK_NOTHROW(m.stop());
+}
+
+TEST_CASE("A callback may ask whether the monitor runs while another thread stops it", "[monitor]") {
+    if (tessel::device_count() == 0) return;
+    std::atomic<bool> in_callback{false}, asked{false};
+    Monitor m({.period = std::chrono::milliseconds(2), .devices = {Device{0}}});
+    m.add_policy(Policy::temperature_above(0, [&](const Alert&) {
+        in_callback = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // stop() is waiting for this thread now
+        asked = m.running();
+    }));
+    m.start();
+    while (!in_callback.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = std::chrono::steady_clock::now();
+    m.stop();  // joined the callback's thread: no deadlock with running()
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    CHECK(asked.load());  // still running while its callback ran
+    CHECK_FALSE(m.running());
+}
+
 TEST_CASE("Monitor refuses bad options with a message naming them", "[monitor]") {
     if (tessel::device_count() == 0) return;
     using tessel::testing::message;

@@ -302,12 +302,12 @@ void check_epilogue(MatmulPolicy p, tessel::Activation act, bool per_row, bool w
     const Tensor<Out> out = tessel::full<Out>({batch, m, n}, tessel::testing::from_double<Out>(std::nan("")));
     tessel::matmul(A.base, B.base, out, MatmulOptions{.policy = p}, e);
     const auto got = out.to_vector();
-    // The library fuses into cublasLtMatmul what cuBLASLt can (16-bit and fp32 inputs; relu and the
-    // tanh GELU, a bias along the output's columns, no residual) and runs the rest as a cuBLAS GEMM
-    // plus gemm_epilogue_apply.
+    // The library fuses into cublasLtMatmul what cuBLASLt can as tessel defines it (16-bit and fp32
+    // inputs; the tanh GELU, a bias along the output's columns, no residual; not relu, whose NaN
+    // cuBLASLt makes 0) and runs the rest as a cuBLAS GEMM plus gemm_epilogue_apply.
     const std::string implementation(tessel::last_matmul_choice().implementation);
     const bool lt_fusable = !std::is_same_v<T, double> && !with_residual && !per_row &&
-                            (act == Activation::none || act == Activation::relu || act == Activation::gelu_tanh);
+                            (act == Activation::none || act == Activation::gelu_tanh);
     if (p == MatmulPolicy::library) CHECK((implementation.rfind("cublasLtMatmul", 0) == 0) == lt_fusable);
 #if defined(TESSEL_BACKEND_CUDA)
     const double math_error = implementation.rfind("cublasLtMatmul", 0) == 0 && act == Activation::gelu_tanh ? 0x1p-10 : 8 * 0x1p-24;
@@ -352,6 +352,38 @@ TEST_CASE("matmul fuses bias, activation and residual into the product on both p
     }
 }
 
+TEST_CASE("relu keeps NaN and alpha 0 reads neither operand, on every path", "[ops][matmul]") {
+    if (tessel::device_count() == 0) return;
+    // torch.relu(NaN) is NaN (cuBLASLt's fused RELU would make it 0, so it is not fused); with alpha 0
+    // BLAS reads neither operand, so an Inf in one gives beta * out, not 0 * Inf.
+    const std::int64_t m = 5, n = 8, k = 16;
+    std::vector<float> a_host(std::size_t(m * k), 1.f);
+    a_host[std::size_t(1 * k + 3)] = std::nanf("");
+    a_host[std::size_t(2 * k + 5)] = std::numeric_limits<float>::infinity();
+    for (MatmulPolicy p : policies) {
+        INFO(tessel::policy_name(p));
+        const auto run = [&]<class T>(T) {
+            const Tensor<T> a = tessel::from_host<float>(a_host, {m, k}).template to<T>();
+            const Tensor<T> w = tessel::ones<T>({n, k});
+            const Tensor<T> bias = tessel::ones<T>({n});
+            const auto y = tessel::linear(a, w, bias, tessel::Activation::relu, MatmulOptions{.policy = p}).template to<float>().to_vector();
+            INFO(tessel::last_matmul_choice().implementation);
+            for (std::int64_t i = 0; i < m; ++i)
+                for (std::int64_t j = 0; j < n; ++j) {
+                    const float v = y[std::size_t(i * n + j)];
+                    if (i == 1) CHECK(std::isnan(v));
+                    else if (i == 2) CHECK(v == std::numeric_limits<float>::infinity());
+                    else CHECK(v == float(k + 1));
+                }
+            const Tensor<T> out = tessel::full<T>({m, n}, T(3.f));
+            tessel::matmul(a, w.transpose(0, 1), out, MatmulOptions{.alpha = 0, .beta = 2, .policy = p});
+            CHECK(out.template to<float>().to_vector() == std::vector<float>(std::size_t(m * n), 6.f));
+        };
+        run(float{});
+        run(__nv_bfloat16{});
+    }
+}
+
 TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight without a copy", "[ops][matmul]") {
     if (tessel::device_count() == 0) return;
     const std::int64_t rows = 19, in = 40, out_features = 24;
@@ -362,7 +394,7 @@ TEST_CASE("linear is x @ weight^T + bias with the activation, reading the weight
         const Tensor<__nv_bfloat16> y = tessel::linear(x.base, w.base, bias.base, tessel::Activation::relu, MatmulOptions{.policy = p});
         CHECK(tessel::last_matmul_choice().copied_operands == 0);
         CHECK_THAT(std::string(tessel::last_matmul_choice().implementation),
-                   Catch::Contains(p == MatmulPolicy::handwritten ? "B by columns" : "cublasLtMatmul (RELU_BIAS)"));
+                   Catch::Contains(p == MatmulPolicy::handwritten ? "B by columns" : "gemm_epilogue_apply"));
         REQUIRE(y.shape() == Shape{rows, out_features});
         const auto got = y.to_vector();
         for (std::int64_t i = 0; i < rows; ++i)
@@ -490,6 +522,12 @@ TEST_CASE("matmul's autotune times the candidates on a problem's first call and 
     tessel::matmul(P.base, Q.base.transpose(0, 1), tessel::empty<int>({9, 40}), MatmulOptions{}, tessel::MatmulEpilogue<int>{});
     tessel::matmul(P.base, Q.base.transpose(0, 1), tessel::empty<float>({9, 40}), MatmulOptions{}, tessel::MatmulEpilogue<float>{});
     CHECK(tessel::matmul_autotune_stats().keys_tuned == keys + 2);
+    // An explicit MatmulPolicy::automatic is the same request as none.
+    const auto R = make<float>({7, 13}, 18, true), S = make<float>({13, 9}, 19, true);
+    check_result(tessel::matmul(R.base, S.base, MatmulOptions{.policy = MatmulPolicy::automatic}),
+                 reference_matmul(R.host, R.base.shape(), S.host, S.base.shape()), true, 1, 0, {}, "explicitly automatic");
+    CHECK(tessel::matmul_autotune_stats().keys_tuned == keys + 3);
+    CHECK_THAT(std::string(tessel::last_matmul_choice().reason), Catch::Contains("autotune"));
 
     tessel::set_matmul_autotune(false);
     (void)tessel::matmul(A.base, B.base);

@@ -141,6 +141,22 @@ TEST_CASE("int8 matmul requantises to int8 and dequantises to fp32 and bf16 with
     }
 }
 
+TEST_CASE("int8 matmul into int32 takes every int32 alpha on both policies", "[ops][matmul][int8]") {
+    if (tessel::device_count() == 0) return;
+    // alpha = -2^31 is an int32 value: products of 0 and 1 scaled by it stay in range.
+    std::vector<std::int8_t> a(2 * 16, 0), b(16 * 3, 0);
+    a[0] = 1;            // row 0 of a picks b's row 0
+    b[0] = 1, b[2] = 1;  // b's row 0: 1 0 1
+    const auto ta = tessel::from_host<std::int8_t>(a, {2, 16}), tb = tessel::from_host<std::int8_t>(b, {16, 3});
+    for (MatmulPolicy p : policies) {
+        INFO(tessel::policy_name(p));
+        const Tensor<int> out = tessel::full<int>({2, 3}, 7);
+        tessel::matmul(ta, tb, out, MatmulOptions{.alpha = -2147483648.0, .policy = p});
+        const int lo = std::numeric_limits<int>::min();
+        CHECK(out.to_vector() == std::vector<int>{lo, 0, lo, 0, 0, 0});
+    }
+}
+
 TEST_CASE("fp32 matmul with allow_tf32 runs on TF32 tensor cores within tf32's error bound", "[ops][matmul][tf32]") {
     if (tessel::device_count() == 0) return;
     const std::int64_t m = 133, n = 201, k = 260;  // K: whole 16-byte rows, so only a B by rows is copied
@@ -288,9 +304,11 @@ TEST_CASE("fp8 e4m3 matmul through cuBLASLt: per-tensor scales, fused or applied
     check_fp8<float>({{3, 17, 64}, {32, 64}}, seed += 3, lt, 0);                        // b broadcast over a batch
     check_fp8<__nv_bfloat16>({{130, 272}, {272, 32}, false, false}, seed += 3, lt, 1);  // b by rows: packed by columns
     check_fp8<__half>({{96, 45}, {16, 96}, true}, seed += 3, lt, 1);                    // a transposed: packed by rows
-    // What cuBLASLt fuses for 16-bit outputs (its fp8 bias is bf16 or fp16): bias + relu in one call.
+    // What cuBLASLt fuses for 16-bit outputs (its fp8 bias is bf16 or fp16): the bias, in one call.
+    check_fp8<__nv_bfloat16>({{37, 64}, {48, 64}, false, true, true}, seed += 3, "cublasLtMatmul (BIAS)", 0);
+    // Not relu (cuBLASLt's makes NaN 0, torch.relu keeps it): the fp32 product, then the epilogue kernel.
     check_fp8<__nv_bfloat16>({{37, 64}, {48, 64}, false, true, true, false, false, tessel::Activation::relu}, seed += 3,
-                             "cublasLtMatmul (RELU_BIAS)", 0);
+                             "cublasLtMatmul (fp32 product) + gemm_epilogue_apply", 0);
     // What it does not: an fp32 bias, a residual, row and column scales: the fp32 product, then one
     // epilogue kernel.
     const char* applied = "cublasLtMatmul (fp32 product) + gemm_epilogue_apply";
@@ -337,6 +355,57 @@ TEST_CASE("int8 and fp8 products into a transposed or strided out", "[ops][matmu
     const Tensor<float> c8 = tessel::full<float>({16, 5}, nan).transpose(0, 1);
     tessel::matmul(a8, w8.transpose(0, 1), c8, MatmulOptions{}, tessel::MatmulEpilogue<float>{.a_scale = scalar(1), .b_scale = scalar(1)});
     CHECK(c8.contiguous().to_vector() == std::vector<float>(80, 0.f));
+}
+
+TEST_CASE("fp8 matmul into fp32 with beta scales only the product by the row and column scales", "[ops][matmul][fp8]") {
+    if (tessel::device_count() == 0) return;
+    // out = alpha a_scale b_scale row_scale[i] col_scale[j] (a @ b) + beta out: integers and powers of
+    // two, so exact. The fp32 product is the output's type: cuBLASLt's beta * out must not be scaled.
+    const std::int64_t m = 21, n = 16, k = 32;
+    const auto A = make<F8>({m, k}, 9950, true, 8), W = make<F8>({n, k}, 9951, true, 8);
+    const Reference ref = reference_matmul(A.host, A.base.shape(), logical(W.base.transpose(0, 1), W.base, W.host), Shape{k, n});
+    std::vector<float> rs(static_cast<std::size_t>(m)), cs(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < rs.size(); ++i) rs[i] = std::ldexp(1.f, int(i % 3) - 1);
+    for (std::size_t j = 0; j < cs.size(); ++j) cs[j] = std::ldexp(1.f, 1 - int(j % 3));
+    for (int scales = 1; scales <= 3; ++scales) {  // row, column, both
+        INFO("scales " << scales);
+        tessel::MatmulEpilogue<float> e{.a_scale = scalar(0.5f), .b_scale = scalar(2.f)};
+        if (scales & 1) e.row_scale = device_values<float>(rs, Shape{m});
+        if (scales & 2) e.col_scale = device_values<float>(cs, Shape{n});
+        const Tensor<float> out = tessel::full<float>({m, n}, 10.f);
+        tessel::matmul(A.base, W.base.transpose(0, 1), out, MatmulOptions{.alpha = 2, .beta = 3}, e);
+        const auto got = out.to_vector();
+        std::vector<double> want(got.size());
+        for (std::size_t o = 0; o < want.size(); ++o) {
+            const std::size_t i = o / std::size_t(n), j = o % std::size_t(n);
+            want[o] = 2 * 0.5 * 2 * ((scales & 1) ? rs[i] : 1) * ((scales & 2) ? cs[j] : 1) * ref.value[o] + 3 * 10.0;
+        }
+        tessel::testing::check_close(std::vector<double>(got.begin(), got.end()), want, std::vector<double>(got.size(), 0.0),
+                                     "fp8 -> fp32 with beta and scales");
+    }
+}
+
+TEST_CASE("fp8 matmul into a transposed or padded out: M stays free", "[ops][matmul][fp8]") {
+    if (tessel::device_count() == 0) return;
+    // cuBLASLt's fp8 rule (its m and the output's leading dim multiples of 16) is met through a
+    // temporary whatever the output's layout: M = 37 into a column-layout out and into rows 18 apart.
+    const std::int64_t m = 37, n = 16, k = 64;
+    const auto A = make<F8>({m, k}, 9960, true, 8), W = make<F8>({n, k}, 9961, true, 8);
+    const Reference ref = reference_matmul(A.host, A.base.shape(), logical(W.base.transpose(0, 1), W.base, W.host), Shape{k, n});
+    const float nan = std::nanf("");
+    const tessel::MatmulEpilogue<float> e{.a_scale = scalar(1), .b_scale = scalar(1)};
+    const Tensor<float> transposed = tessel::full<float>({n, m}, nan).transpose(0, 1);
+    tessel::matmul(A.base, W.base.transpose(0, 1), transposed, MatmulOptions{}, e);
+    const auto got_t = transposed.contiguous().to_vector();
+    tessel::testing::check_close(std::vector<double>(got_t.begin(), got_t.end()), ref.value, std::vector<double>(got_t.size(), 0.0),
+                                 "fp8 into a transposed out");
+    const Tensor<float> wide = tessel::full<float>({m, n + 2}, nan);
+    tessel::matmul(A.base, W.base.transpose(0, 1), wide.narrow(1, 0, n), MatmulOptions{}, e);
+    const auto got_w = wide.to_vector();
+    for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) CHECK(got_w[std::size_t(i * (n + 2) + j)] == ref.value[std::size_t(i * n + j)]);
+        CHECK(std::isnan(got_w[std::size_t(i * (n + 2) + n)]));  // the padding is not written
+    }
 }
 
 TEST_CASE("fp8 matmul refuses what cuBLASLt cannot run, naming it", "[ops][matmul][fp8]") {

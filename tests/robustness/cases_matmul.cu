@@ -56,7 +56,7 @@ DEFINED("matmul", "an output interleaved with an operand, sharing no element") {
         if (k % 8 >= 4) want[k] = v[k - 4] * 2;
     expect(x.to_vector() == want, "out = 2 a, a unchanged");
 };
-BAD("matmul", "a broadcast output", Expect::invalid_argument, "repeats elements") {
+BAD("matmul", "a broadcast output", Expect::invalid_argument, "reaches some elements through more than one index") {
     matmul(dev({3, 4}), dev({4, 6}), dev({1, 6}).expand({3, 6}));
 };
 BAD("matmul", "beta without an output", Expect::invalid_argument, "beta = 0.5") {
@@ -81,6 +81,10 @@ BAD_ENV("matmul", "a stream of another device", Expect::invalid_argument, "belon
     const Stream s = Stream::create({}, Device{1});
     (void)matmul(dev({2, 2}), dev({2, 2}), MatmulOptions{.stream = s.handle()});
 };
+BAD_ENV("matmul", "another device's default stream", Expect::invalid_argument, "belongs to device 1, the tensors are on device 0",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    (void)matmul(dev({2, 2}), dev({2, 2}), MatmulOptions{.stream = Stream::default_stream(Device{1})});
+};
 BAD_ENV("environment", "TESSEL_MATMUL_POLICY not a policy", Expect::invalid_argument, "TESSEL_MATMUL_POLICY='fast'",
         {{"TESSEL_MATMUL_POLICY", "fast"}}) {
     (void)matmul(dev({2, 2}), dev({2, 2}));
@@ -104,6 +108,9 @@ BAD("matmul", "a residual of the wrong shape", Expect::invalid_argument, "the re
 };
 BAD("matmul", "a 1-d linear weight with a 1-d bias", Expect::invalid_argument, "with a 1-d weight (one output feature) the bias must be 0-d") {
     (void)linear(dev({3, 4}), dev({4}), dev({1}));
+};
+BAD("matmul", "linear with beta", Expect::invalid_argument, "linear: beta = 1 scales an existing output, which linear does not take") {
+    (void)linear(dev({3, 4}), dev({2, 4}), std::nullopt, Activation::none, MatmulOptions{.beta = 1});
 };
 BAD("matmul", "a linear weight that is 3-d", Expect::invalid_argument, "the weight must be a 2-d tensor") {
     (void)linear(dev({3, 4}), dev({1, 4, 4}));

@@ -638,7 +638,7 @@ BAD_ENV("devices", "copy_ between devices needs no stream of the wrong device", 
     b.copy_(a);
     expect(b.to_vector() == std::vector<float>(5, 4.f), "peer copy");
 };
-BAD_ENV("devices", "copy_ on a stream of another device", Expect::invalid_argument, "the stream belongs to device 0",
+BAD_ENV("devices", "copy_ on a stream of another device", Expect::invalid_argument, "belongs to device 0, the tensors are on device 1",
         {{"TESSEL_SIM_DEVICES", "2"}}) {
     const auto a = full<float>({5}, 4.f, {.device = Device{0}});
     const auto b = zeros<float>({5}, {.device = Device{1}});
@@ -662,6 +662,10 @@ TESSEL_WRONG_STREAM_CASE("evaluate", (void)evaluate(x * 2, s0.handle()))
 TESSEL_WRONG_STREAM_CASE("uniform_fill", uniform_fill(x, 1, 0, 0, 1, s0.handle()))
 TESSEL_WRONG_STREAM_CASE("a factory", (void)empty<float>({4}, {.device = Device{1}, .stream = s0.handle()}))
 TESSEL_WRONG_STREAM_CASE("clone", (void)x.clone(s0.handle()))
+// Another device's default stream is a null handle, as this device's: passed as a Stream it keeps its device.
+TESSEL_WRONG_STREAM_CASE("sum (another device's default stream)", (void)sum(x, {}, false, Stream::default_stream(Device{0})))
+TESSEL_WRONG_STREAM_CASE("an expression's run (another device's default stream)", (x = x * 2).run(Stream::default_stream(Device{0})))
+TESSEL_WRONG_STREAM_CASE("copy_ (another device's default stream)", x.copy_(ones<float>({4, 4}, {.device = Device{1}}), Stream::default_stream(Device{0})))
 #undef TESSEL_WRONG_STREAM_CASE
 // Every device's default stream is the null handle: a read on device 0's must still wait for a write
 // on device 1's (gated, so a read that does not wait sees the old value).

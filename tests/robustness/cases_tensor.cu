@@ -139,6 +139,22 @@ BAD("sizes", "host tensor larger than memory", Expect::out_of_memory, "out of ho
 BAD("sizes", "pinned tensor larger than memory", Expect::out_of_memory, "pinned") {
     (void)empty<float>({std::int64_t(1) << 60}, {.space = MemorySpace::pinned});
 };
+// The host factories that fill: the size is checked (as empty's) before anything is staged or filled.
+BAD("sizes", "full in host memory larger than memory", Expect::out_of_memory, "out of host memory") {
+    (void)full<float>({std::int64_t(1) << 40}, 1.f, {.space = MemorySpace::host});
+};
+BAD("sizes", "ones in pinned memory larger than memory", Expect::out_of_memory, "pinned") {
+    (void)ones<float>({std::int64_t(1) << 40}, {.space = MemorySpace::pinned});
+};
+BAD("sizes", "arange in host memory larger than memory", Expect::out_of_memory, "out of host memory") {
+    (void)arange<float>(0, double(std::int64_t(1) << 40), 1, {.space = MemorySpace::host});
+};
+BAD("shapes", "full in host memory whose byte count overflows", Expect::invalid_argument, "overflow the byte count") {
+    (void)full<float>({std::int64_t(1) << 62}, 1.f, {.space = MemorySpace::host});
+};
+BAD("shapes", "ones in pinned memory whose byte count overflows", Expect::invalid_argument, "overflow the byte count") {
+    (void)ones<double>({std::int64_t(1) << 61}, {.space = MemorySpace::pinned});
+};
 BAD("sizes", "managed tensor larger than the device", Expect::out_of_memory, "managed") {
     (void)empty<float>({std::int64_t(1) << 45}, {.space = MemorySpace::managed});
 };
@@ -244,7 +260,7 @@ BAD("copies", "copy_ from an undefined tensor", Expect::invalid_argument, "sourc
 BAD("copies", "copy_ into an undefined tensor", Expect::invalid_argument, "destination is an undefined") {
     Tensor<float>{}.copy_(dev({4}));
 };
-BAD("copies", "copy_ into a broadcast view", Expect::invalid_argument, "repeats elements") {
+BAD("copies", "copy_ into a broadcast view", Expect::invalid_argument, "reaches some elements through more than one index") {
     dev({1, 4}).expand({3, 4}).copy_(dev({3, 4}));
 };
 BAD("copies", "copy_ between overlapping views", Expect::invalid_argument, "overlap in memory") {

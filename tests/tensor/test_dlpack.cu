@@ -138,6 +138,12 @@ TEST_CASE("DLPack capsules from other producers: 0-d, empty, broadcast, and malf
                    Catch::Contains(b.says));
         CHECK(b.capsule.deleted == 1);
     }
+    // DLPack's float8_e4m3 (code 8, with infinities) is not tessel's float8_e4m3 (e4m3fn, code 10): the
+    // refusal tells them apart.
+    Capsule e4m3_with_infinities(values, {2}, {1}, {8, 8, 1});
+    CHECK_THAT(tessel::testing::message<tessel::Error>([&] { (void)tessel::from_dlpack<__nv_fp8_e4m3>(&e4m3_with_infinities.managed); }),
+               Catch::Contains("holds float8_e4m3 (with infinities, not e4m3fn), not float8_e4m3 (float8_e4m3fn)"));
+    CHECK(e4m3_with_infinities.deleted == 1);
     Capsule later_device(values, {2}, {1});
     const std::int32_t maia = 17;  // a DLPack 1.x device type beyond 0.6's enum
     std::memcpy(&later_device.managed.dl_tensor.device.device_type, &maia, sizeof maia);

@@ -581,4 +581,11 @@ TEST_CASE("hand-made layouts: negative strides, storage fit and overflow", "[lay
     CHECK_THAT(error_of([&] { Layout::strided({4}, {huge}, 0); }), Catch::Contains("overflows 64 bits"));
     CHECK(Layout::strided({2}, {huge}, huge).extent() == tessel::OffsetRange{huge, 2 * huge});
     CHECK_THAT(error_of([&] { Layout::strided({2}, {huge}, huge + 2); }), Catch::Contains("overflows"));
+    // A new size-1 dim's stride is never used: where PyTorch's choice (size x stride of the next
+    // dim) overflows, the view is still made, with the same elements.
+    const auto wide = Layout::strided({3}, {huge});
+    CHECK(materialise(wide.view_or_throw({1, 3})) == materialise(wide));
+    CHECK(materialise(wide.unsqueeze(0)) == materialise(wide));
+    CHECK(wide.unsqueeze(0).shape == Shape{1, 3});
+    CHECK(Layout::contiguous({2, 3}).unsqueeze(0).strides == Shape{6, 3, 1});  // PyTorch's where it fits
 }

@@ -134,3 +134,40 @@ TEST_CASE("memory_sharing answers unknown, never none, when its work limit runs 
     const auto evens = Layout::strided({9}, {2});
     CHECK(memory_sharing(address(base), evens, 4, address(base + 4), evens, 4, 0) == Sharing::unknown);
 }
+
+TEST_CASE("repeated_elements agrees with the enumerated elements of random layouts", "[layout][overlap]") {
+    std::mt19937_64 rng(20261207);
+    int repeated = 0, distinct = 0, interleaved_distinct = 0;
+    for (int trial = 0; trial < 20000; ++trial) {
+        const Layout l = random_layout(rng);
+        const auto bytes = bytes_of(4096, l, 1);  // one byte per element: the set of offsets
+        const bool repeats = std::int64_t(bytes.size()) != l.numel();
+        INFO("shape " << l.shape << " strides " << l.strides);
+        REQUIRE(tessel::detail::repeated_elements(l) == (repeats ? Sharing::some : Sharing::none));
+        REQUIRE(tessel::detail::distinct_elements(l) == !repeats);
+        (repeats ? repeated : distinct) += 1;
+        // Distinct though no dim steps past the smaller ones: what the listing decides.
+        if (!repeats && l.rank() == 2 && l.shape[0] > 1 && l.shape[1] > 1) {
+            const std::int64_t s0 = l.strides[0] < 0 ? -l.strides[0] : l.strides[0], s1 = l.strides[1] < 0 ? -l.strides[1] : l.strides[1];
+            interleaved_distinct += s0 < s1 ? s1 <= s0 * (l.shape[0] - 1) : s0 <= s1 * (l.shape[1] - 1);
+        }
+    }
+    CHECK(repeated > 2000);
+    CHECK(distinct > 2000);
+    CHECK(interleaved_distinct > 20);
+    // Shape [3, 2] with strides [2, 3] reaches 0 3 2 5 4 7: distinct; [4, 4] with [3, 2] reaches 6 twice.
+    CHECK(tessel::detail::repeated_elements(Layout::strided({3, 2}, {2, 3})) == Sharing::none);
+    CHECK(tessel::detail::repeated_elements(Layout::strided({4, 4}, {3, 2})) == Sharing::some);
+    // Past the listing limit an interleaved layout is unknown, never none.
+    const std::int64_t rows = tessel::detail::repeated_elements_listing_limit / 2 + 1;
+    CHECK(tessel::detail::repeated_elements(Layout::strided({rows, 2}, {2, 3})) == Sharing::unknown);
+    CHECK_THAT(tessel::detail::repeated_elements_text(Layout::strided({rows, 2}, {2, 3})), Catch::Contains("too many elements to rule it out"));
+}
+
+TEST_CASE("byte_range of a layout reaching the largest offset does not overflow", "[layout][overlap]") {
+    const std::int64_t top = std::numeric_limits<std::int64_t>::max();
+    const auto l = Layout::strided({2}, {top}, 0);  // offsets 0 and 2^63 - 1, as from_blob<uint8_t> may make
+    const auto [lo, hi] = tessel::detail::byte_range(address(0), l, 1);
+    CHECK(lo == 0);
+    CHECK(hi == std::uintptr_t(top));
+}

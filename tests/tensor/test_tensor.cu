@@ -1,5 +1,6 @@
 // Tensor<T>: factories in every memory space, views checked element by element against host index
 // arithmetic, copies, storage lifetime, dtypes, element access, printing and bad input.
+#include <tessel/ops/assign.hpp>  // the expressions that write tensors on chosen streams
 #include <tessel/runtime/launch.hpp>
 #include <tessel/tensor/tensor.hpp>
 
@@ -319,6 +320,69 @@ TEST_CASE("host reads of pinned memory wait for the copy filling it", "[tensor][
         const std::jthread opener = gate.open_later();
         CHECK(pinned.to<double>().to_vector() == std::vector<double>(std::size_t(n), 300.0));
     }
+}
+
+TEST_CASE("a tensor written on two streams is read after both writes", "[tensor][copy][stream]") {
+    // Two halves of one tensor written concurrently on two streams (the first held at a gate): a read
+    // that waited only for the later write would see the first half's old values.
+    const std::int64_t n = 1001;
+    const auto y = tessel::arange<float>(0, double(n));
+    const auto x = tessel::full<float>({n}, -1.f);
+    tessel::rt::device_synchronize();
+    const tessel::Stream s1 = tessel::Stream::create(), s2 = tessel::Stream::create();
+    const std::int64_t half = n / 2;
+    std::vector<float> want(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) want[std::size_t(i)] = i < half ? 2.f * float(i) : 3.f * float(i);
+    for (int reader = 0; reader < 3; ++reader) {
+        INFO("reader " << reader);
+        (x = x * 0.f - 1.f).run();
+        tessel::rt::device_synchronize();
+        const tessel::testing::Gate gate;
+        gate.hold(s1.handle());
+        (x.slice(0, 0, half) = y.slice(0, 0, half) * 2.f).run(s1);
+        (x.slice(0, half, n) = y.slice(0, half, n) * 3.f).run(s2);
+        s2.synchronize();
+        const std::jthread opener = gate.open_later();
+        if (reader == 0) CHECK(x.to_vector() == want);
+        if (reader == 1) {
+            CHECK(x.slice(0, 0, 1).item() == 0.f);
+            CHECK(x.slice(0, 1, 2).item() == 2.f);
+        }
+        if (reader == 2) CHECK(x.to({.space = MemorySpace::pinned, .stream = s2}).to_vector() == want);
+    }
+}
+
+TEST_CASE("a host write to pinned memory waits for a queued copy still reading it", "[tensor][copy][stream]") {
+    const int n = 1 << 12;
+    const tessel::Stream s = tessel::Stream::create();
+    for (int writer = 0; writer < 2; ++writer) {
+        INFO((writer == 0 ? "element access" : "a host copy_ into it"));
+        auto pinned = tessel::full<float>({n}, 1.f, {.space = MemorySpace::pinned});
+        auto d = tessel::zeros<float>({n}, {.stream = s});
+        const tessel::testing::Gate gate;
+        gate.hold(s.handle());
+        d.copy_(pinned, s);  // queued behind the gate: it has not read `pinned` yet
+        CHECK_FALSE(s.query());
+        const std::jthread opener = gate.open_later();
+        if (writer == 0) pinned({0}) = 7.f;
+        else pinned.copy_(tessel::full<float>({n}, 7.f, {.space = MemorySpace::host}));
+        CHECK(d.to_vector() == std::vector<float>(std::size_t(n), 1.f));
+    }
+}
+
+TEST_CASE("copy_ and assignment write into interleaved layouts whose elements are distinct", "[tensor][copy]") {
+    // Shape [3, 2] with strides [2, 3] reaches offsets 0 3 2 5 4 7 (as from_blob or DLPack may give):
+    // distinct, so a destination; shape [4, 4] with strides [3, 2] reaches 6 twice, so not.
+    const auto base = tessel::full<float>({8}, -1.f);
+    const auto view = tessel::from_blob<float>(base.data(), {3, 2}, MemorySpace::device, tessel::Device{0}, {}, Shape{2, 3});
+    const auto values = tessel::arange<float>(0, 6).view({3, 2});
+    view.copy_(values);
+    CHECK(base.to_vector() == std::vector<float>{0, -1, 2, 1, 4, 3, -1, 5});
+    (view = values * 10.f).run();
+    CHECK(base.to_vector() == std::vector<float>{0, -1, 20, 10, 40, 30, -1, 50});
+    const auto big = tessel::zeros<float>({16});
+    const auto repeating = tessel::from_blob<float>(big.data(), {4, 4}, MemorySpace::device, tessel::Device{0}, {}, Shape{3, 2});
+    CHECK_THROWS_WITH(repeating.copy_(tessel::zeros<float>({4, 4})), Catch::Contains("reaches some elements through more than one index"));
 }
 
 // A host tensor goes to the current device, as torch's .to("cuda"); a device tensor keeps its own.

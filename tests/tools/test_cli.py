@@ -197,6 +197,11 @@ def run_checks(tr):
           "tessel-run takes --option=value and torchrun's underscores, and sets MASTER_ADDR itself", r.stdout + r.stderr)
     r = run([tr, "-n", "1", "--master-addr", "localhost", "sh", "-c", "echo at $MASTER_ADDR"])
     check(r.returncode == 0 and "[rank 0] at localhost" in r.stdout, "tessel-run --master-addr sets the ranks' MASTER_ADDR", r.stdout + r.stderr)
+    # The free port is found where rank 0's store will listen: an address not on this host is refused
+    # before any rank starts (192.0.2.1 is TEST-NET-1, never a local address).
+    r = run([tr, "-n", "1", "--master-addr", "192.0.2.1", "sh", "-c", "echo started"])
+    check(r.returncode != 0 and "must name this host" in r.stderr and "started" not in r.stdout,
+          "tessel-run refuses a --master-addr this host cannot listen on", r.stdout + r.stderr)
     refused([tr, "--nproc-per-node=0", "true"], "-n='0'", "tessel-run --nproc-per-node=0 is refused")
     r = run([tr, "--help"])
     check(r.returncode == 0 and "usage: tessel-run" in r.stdout, "tessel-run --help prints its usage and succeeds", r.stdout + r.stderr)

@@ -91,6 +91,14 @@ inline std::vector<std::function<void(bool)>>& deferred_ends() {
     static thread_local std::vector<std::function<void(bool)>> ends;
     return ends;
 }
+// For each call issued inside dist::group on this thread, what aborts its communicator: if the
+// group's body throws, NCCL still runs the calls issued so far at the group's end and cannot take
+// them back, so their communicators are aborted (as torch marks a process group failed) rather than
+// left to pair those calls with the ranks' next ones or hang.
+inline std::vector<std::function<void(const std::string&)>>& group_aborts() {
+    static thread_local std::vector<std::function<void(const std::string&)>> aborts;
+    return aborts;
+}
 // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
 inline bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
     const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
@@ -106,14 +114,28 @@ void group(F&& f) {
     try {
         f();
     } catch (...) {
-        if (--detail::group_depth() == 0) detail::deferred_ends().clear();
+        const bool outermost = --detail::group_depth() == 0;
         (void)nccl::api::ncclGroupEnd();
+        if (outermost) {
+            detail::deferred_ends().clear();
+            std::string what = "an exception";
+            try {
+                throw;
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            const auto aborts = std::exchange(detail::group_aborts(), {});
+            for (const auto& abort : aborts)
+                abort("the dist::group it was issued in threw before its end (" + what + "); NCCL runs a group's issued calls at "
+                      "its end and cannot take them back, so the communicator was aborted: make a new one");
+        }
         throw;
     }
     const bool outermost = --detail::group_depth() == 0;
     const auto r = nccl::api::ncclGroupEnd();
     std::vector<std::function<void(bool)>> ends;
-    if (outermost) ends.swap(detail::deferred_ends());
+    if (outermost) ends.swap(detail::deferred_ends()), detail::group_aborts().clear();
     // ncclInProgress: non-blocking communicators finish the group in the background; each end
     // waits for its communicator to settle before it records the completion event.
     if (int(r) != nccl::in_progress) nccl::check(r, "ncclGroupEnd");
@@ -227,7 +249,7 @@ public:
 
     // t = op over the ranks' t, on every rank.
     template <Element T>
-    void all_reduce(const Tensor<T>& t, ReduceOp op = ReduceOp::sum, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void all_reduce(const Tensor<T>& t, ReduceOp op = ReduceOp::sum, std::optional<StreamArg> stream = std::nullopt) const {
         check_op<T>(op, "all_reduce");
         run<T>(Header{1, int(op), t.numel()}, "all_reduce", "ncclAllReduce", stream, {&t}, {&t}, [&](rt::stream_t s) {
             return nccl::api::ncclAllReduce(t.data(), t.data(), std::size_t(t.numel()), nccl::data_type<T>(), nccl_op<T>(op), s_->comm, s);
@@ -235,7 +257,7 @@ public:
     }
     // t = root's t, on every rank.
     template <Element T>
-    void broadcast(const Tensor<T>& t, int root, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void broadcast(const Tensor<T>& t, int root, std::optional<StreamArg> stream = std::nullopt) const {
         check_rank(root, "broadcast", "root");
         check_fp8<T>("broadcast", t.numel());
         run<T>(Header{2, root, t.numel()}, "broadcast", "ncclBroadcast", stream, {&t}, {&t}, [&](rt::stream_t s) {
@@ -244,7 +266,7 @@ public:
     }
     // On the root, t = op over the ranks' t; the others' t is unchanged.
     template <Element T>
-    void reduce(const Tensor<T>& t, int root, ReduceOp op = ReduceOp::sum, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void reduce(const Tensor<T>& t, int root, ReduceOp op = ReduceOp::sum, std::optional<StreamArg> stream = std::nullopt) const {
         check_rank(root, "reduce", "root");
         check_op<T>(op, "reduce");
         run<T>(Header{3, root * 8 + int(op), t.numel()}, "reduce", "ncclReduce", stream, {&t}, {&t}, [&](rt::stream_t s) {
@@ -253,7 +275,7 @@ public:
     }
     // out = every rank's in, concatenated in rank order (out has size() times in's elements).
     template <Element T>
-    void all_gather(const Tensor<T>& in, const Tensor<T>& out, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void all_gather(const Tensor<T>& in, const Tensor<T>& out, std::optional<StreamArg> stream = std::nullopt) const {
         require(out.defined() && in.defined() && out.numel() == in.numel() * size(), "all_gather: out must hold ", size(), " x ",
                 in.defined() ? in.numel() : 0, " elements (one input per rank), not ", out.defined() ? out.numel() : 0);
         check_in_place("all_gather", out, in, rank() * in.numel(), "in = block rank() of out");
@@ -265,7 +287,7 @@ public:
     // out = block rank() of (op over the ranks' in), in having size() times out's elements.
     template <Element T>
     void reduce_scatter(const Tensor<T>& in, const Tensor<T>& out, ReduceOp op = ReduceOp::sum,
-                        std::optional<rt::stream_t> stream = std::nullopt) const {
+                        std::optional<StreamArg> stream = std::nullopt) const {
         check_op<T>(op, "reduce_scatter");
         require(out.defined() && in.defined() && in.numel() == out.numel() * size(), "reduce_scatter: in must hold ", size(), " x ",
                 out.defined() ? out.numel() : 0, " elements (a block per rank), not ", in.defined() ? in.numel() : 0);
@@ -277,7 +299,7 @@ public:
     // Block j of out = block rank() of rank j's in (size() equal blocks each), as torch's
     // all_to_all_single: one send and one receive per peer in a group.
     template <Element T>
-    void all_to_all(const Tensor<T>& in, const Tensor<T>& out, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void all_to_all(const Tensor<T>& in, const Tensor<T>& out, std::optional<StreamArg> stream = std::nullopt) const {
         require(in.defined() && out.defined() && in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all: in and out must have the "
                 "same number of elements, a multiple of the ", size(), " ranks (", in.defined() ? in.numel() : 0, " and ",
                 out.defined() ? out.numel() : 0, ")");
@@ -296,21 +318,21 @@ public:
         });
     }
     template <Element T>
-    void send(const Tensor<T>& t, int peer, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void send(const Tensor<T>& t, int peer, std::optional<StreamArg> stream = std::nullopt) const {
         check_peer(peer, "send");
         run<T>(std::nullopt, "send", "ncclSend", stream, {&t}, {}, [&](rt::stream_t s) {
             return nccl::api::ncclSend(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, s);
         });
     }
     template <Element T>
-    void recv(const Tensor<T>& t, int peer, std::optional<rt::stream_t> stream = std::nullopt) const {
+    void recv(const Tensor<T>& t, int peer, std::optional<StreamArg> stream = std::nullopt) const {
         check_peer(peer, "recv");
         run<T>(std::nullopt, "recv", "ncclRecv", stream, {&t}, {&t}, [&](rt::stream_t s) {
             return nccl::api::ncclRecv(t.data(), std::size_t(t.numel()), nccl::data_type<T>(), peer, s_->comm, s);
         });
     }
     // Every rank's stream waits here until all ranks arrive (an all_reduce of one element).
-    void barrier(std::optional<rt::stream_t> stream = std::nullopt) const {
+    void barrier(std::optional<StreamArg> stream = std::nullopt) const {
         if (!s_->barrier_buffer.defined()) s_->barrier_buffer = zeros<float>({1}, TensorOptions{.device = device()});
         all_reduce(s_->barrier_buffer, ReduceOp::sum, stream);
     }
@@ -356,11 +378,14 @@ private:
         }
         // Whether every pending call completed (or failed) by its deadline; the watchdog has stopped.
         bool drain() {
-            for (Pending& p : pending)
-                while (!complete(p)) {
-                    if (std::chrono::steady_clock::now() > p.deadline) return false;
-                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                }
+            return std::all_of(pending.begin(), pending.end(), [](Pending& p) { return wait(p); });
+        }
+        // Whether p completed (or failed) by its deadline, polled every millisecond.
+        static bool wait(Pending& p) {
+            while (!complete(p)) {
+                if (std::chrono::steady_clock::now() > p.deadline) return false;
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
             return true;
         }
         static bool complete(Pending& p) {
@@ -529,7 +554,7 @@ private:
     // (begin), the debug exchange, the NCCL call `issue(stream)`, its result (a non-blocking
     // communicator's ncclInProgress is waited out), the written tensors and the watchdog (end).
     template <class T, class F>
-    void run(std::optional<Header> header, const char* name, const char* nccl_call, std::optional<rt::stream_t> stream,
+    void run(std::optional<Header> header, const char* name, const char* nccl_call, std::optional<StreamArg> stream,
              std::initializer_list<const Tensor<T>*> used, std::initializer_list<const Tensor<T>*> written, F&& issue) const {
         const DeviceGuard guard(device());  // a null stream is the default stream of this rank's device
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE < 22400
@@ -541,10 +566,16 @@ private:
 #endif
         // Inside dist::group the exchange's all_gather would run only at the group's end, after its
         // result is needed here: the group's calls go unchecked (the sim still names disagreeing ranks).
-        if (header && s_->options.debug_checks && detail::group_depth() == 0) exchange_headers(*header, int(nccl::data_type<T>()), name);
+        if (header && s_->options.debug_checks && detail::group_depth() == 0) {
+            s_->check();  // an aborted communicator's reason first: its handle is freed
+            exchange_headers(*header, int(nccl::data_type<T>()), name);
+        }
         const Call c = begin(name, stream, used);
-        settle(issue(c.stream), nccl_call);
+        settle(locked_call([&] { return issue(c.stream); }), nccl_call);
         if (detail::group_depth() == 0) return end(c, name, std::span<const Tensor<T>* const>(written.begin(), written.size()));
+        detail::group_aborts().push_back([state = s_, call = std::string(name)](const std::string& why) {
+            state->abort(call + " on rank " + std::to_string(state->rank) + ": " + why);
+        });
         std::vector<Tensor<T>> kept;  // the caller's tensors need not outlive the group's body
         for (const Tensor<T>* t : written) kept.push_back(*t);
         detail::deferred_ends().push_back([self = *this, c, name = std::string(name), kept = std::move(kept)](bool settle_first) {
@@ -555,10 +586,36 @@ private:
         });
     }
 
-    // A call's result; ncclInProgress (non-blocking communicators) is polled until it settles.
+    // An NCCL call on this communicator, never at once with the watchdog's abort (which frees it):
+    // after an abort it is not made, and the abort's reason is thrown.
+    template <class F>
+    nccl::api::ncclResult_t locked_call(F&& call) const {
+        std::unique_lock calls(s_->nccl_calls);
+        bool aborted = false;
+        {
+            std::lock_guard lk(s_->m);
+            aborted = s_->aborted;
+        }
+        if (!aborted) return call();
+        calls.unlock();
+        s_->check();  // throws the abort's reason
+        return call();  // not reached
+    }
+    // A call's result; ncclInProgress (non-blocking communicators) is polled until it settles. An
+    // error is read from the communicator unless an abort freed it meanwhile (then its reason).
     void settle(nccl::api::ncclResult_t r, const char* call) const {
         if (int(r) == nccl::in_progress) return s_->check(call);  // waits it out, throws on its error or timeout
-        nccl::check(r, call, s_->comm);
+        if (r == nccl::api::ncclResult_t(0)) return;
+        {
+            std::lock_guard calls(s_->nccl_calls);
+            bool aborted = false;
+            {
+                std::lock_guard lk(s_->m);
+                aborted = s_->aborted;
+            }
+            if (!aborted) nccl::check(r, call, s_->comm);
+        }
+        s_->check(call);
     }
 
     // A new communicator's initialisation (non-blocking) until it joined; on failure or timeout it
@@ -593,7 +650,18 @@ private:
         const auto in = from_host<std::int64_t>(std::span<const std::int64_t>(mine), Shape{4}, TensorOptions{.device = device()});
         const auto out = empty<std::int64_t>({4 * std::int64_t(size())}, TensorOptions{.device = device()});
         const rt::stream_t s = current_stream(device()).handle();
-        settle(nccl::api::ncclAllGather(in.data(), out.data(), 4, nccl::data_type<std::int64_t>(), s_->comm, s), "ncclAllGather (debug exchange)");
+        const std::string what = std::string("the debug exchange (TESSEL_DIST_DEBUG) before ") + name + " on rank " + std::to_string(rank());
+        settle(locked_call([&] { return nccl::api::ncclAllGather(in.data(), out.data(), 4, nccl::data_type<std::int64_t>(), s_->comm, s); }),
+               what.c_str());
+        // Waited for under the communicator's timeout, as a collective is by the watchdog: a rank that
+        // never comes to the exchange aborts the communicator instead of blocking here for ever.
+        Pending exchanged{what, Event(false, device()), std::chrono::steady_clock::now() + s_->options.timeout};
+        exchanged.done.record(s);
+        if (!State::wait(exchanged)) {
+            s_->abort(what + " did not complete within " + std::to_string(s_->options.timeout.count()) +
+                      " ms (a rank that never called it, or a hang); the communicator was aborted");
+            s_->check(what.c_str());
+        }
         const std::vector<std::int64_t> all = out.to_vector();
         auto describe = [&](int r) {
             const std::int64_t* x = all.data() + 4 * r;
@@ -608,7 +676,7 @@ private:
     // Checks the tensors (defined, contiguous, on this rank's device) and the stream, orders the
     // call after their last writes, and tells the caching allocator the stream uses them.
     template <class T>
-    Call begin(const char* name, std::optional<rt::stream_t> stream, std::initializer_list<const Tensor<T>*> tensors) const {
+    Call begin(const char* name, std::optional<StreamArg> stream, std::initializer_list<const Tensor<T>*> tensors) const {
         s_->check();
         for (const Tensor<T>* t : tensors) {
             require(t->defined(), name, ": an undefined (default-constructed) tensor");
@@ -619,9 +687,12 @@ private:
             require(t->is_contiguous(), name, ": the tensor (shape ", t->shape(), ", strides ", t->strides(),
                     ") is not contiguous; pass t.contiguous()");
         }
-        const rt::stream_t s = stream ? *stream : current_stream(device()).handle();  // the caller holds a DeviceGuard
-        if (stream && *stream) {
-            const int stream_device = rt::stream_device(*stream);
+        if (stream && stream->device())
+            require(*stream->device() == device(), name, ": the stream belongs to device ", stream->device()->index, ", rank ", rank(),
+                    " is device ", device().index);
+        const rt::stream_t s = stream ? stream->handle() : current_stream(device()).handle();  // the caller holds a DeviceGuard
+        if (stream && stream->handle()) {
+            const int stream_device = rt::stream_device(stream->handle());
             require(stream_device == device().index, name, ": the stream belongs to device ", stream_device, ", rank ", rank(), " is device ",
                     device().index);
         }

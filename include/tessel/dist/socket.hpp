@@ -7,6 +7,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -113,6 +114,29 @@ inline void set_nodelay(int fd) {
     const int one = 1;
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
+// connect() that gives up at `deadline`: non-blocking, then polled for the rest of the time (a
+// blocking connect to a host that drops SYNs waits the kernel's two minutes of retries). 0 on
+// success, else the error (ETIMEDOUT at the deadline).
+inline int connect_until(int fd, const sockaddr* addr, socklen_t len, std::chrono::steady_clock::time_point deadline) {
+    const int flags = ::fcntl(fd, F_GETFL, 0);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return errno;
+    int error = 0;
+    if (::connect(fd, addr, len) != 0) {
+        if (errno != EINPROGRESS) return errno;
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+            if (left <= 0) return ETIMEDOUT;
+            pollfd p{fd, POLLOUT, 0};
+            const int k = ::poll(&p, 1, int(std::min<long long>(left, 1000)));
+            if (k < 0 && errno != EINTR) return errno;
+            if (k > 0) break;
+        }
+        socklen_t size = sizeof error;
+        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) return errno;
+        if (error != 0) return error;
+    }
+    return ::fcntl(fd, F_SETFL, flags) < 0 ? errno : 0;  // blocking again, as the messages expect
+}
 }  // namespace detail
 
 // Connects to host:port, retrying every 50 ms until `timeout` (the listener may not be up yet).
@@ -131,12 +155,13 @@ inline Socket connect_to(const std::string& host, int port, std::chrono::millise
             for (addrinfo* a = res; a; a = a->ai_next) {
                 Socket s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
                 if (!s.valid()) continue;
-                if (::connect(s.fd(), a->ai_addr, a->ai_addrlen) == 0) {
+                const int error = detail::connect_until(s.fd(), a->ai_addr, a->ai_addrlen, deadline);
+                if (error == 0) {
                     ::freeaddrinfo(res);
                     detail::set_nodelay(s.fd());
                     return s;
                 }
-                last = std::strerror(errno);
+                last = std::strerror(error);
             }
             ::freeaddrinfo(res);
         }
@@ -149,10 +174,15 @@ inline Socket connect_to(const std::string& host, int port, std::chrono::millise
 
 // A listening socket on host:port (port 0: an ephemeral port; port() says which). host may name an
 // IPv4 or IPv6 address or a host name (its first IPv4 address that binds, else its first IPv6 one:
-// the other ranks may have no IPv6 route); empty listens on every IPv4 interface.
+// the other ranks may have no IPv6 route); empty listens on every interface, IPv6 and IPv4 alike
+// (one dual-stack socket on ::, as torch's TCPStore server), or every IPv4 one where IPv6 is off.
 class Listener {
 public:
     Listener(const std::string& host, int port) {
+        if (host.empty() && listen_dual_stack(port)) {
+            describe();
+            return;
+        }
         addrinfo hints{};
         hints.ai_family = AF_UNSPEC;
         hints.ai_socktype = SOCK_STREAM;
@@ -175,17 +205,7 @@ public:
         if (!s_.valid())
             throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + " (" + last +
                                (port ? "; is another job using this port? choose another MASTER_PORT)" : ")"));
-        sockaddr_storage addr{};
-        socklen_t len = sizeof addr;
-        ::getsockname(s_.fd(), reinterpret_cast<sockaddr*>(&addr), &len);
-        char numeric[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
-        ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, numeric, sizeof numeric, service, sizeof service,
-                      NI_NUMERICHOST | NI_NUMERICSERV);
-        port_ = std::atoi(service);
-        address_ = numeric;
-        // A wildcard address is not one to connect to; the loopback of its family reaches it.
-        if (address_ == "0.0.0.0") address_ = "127.0.0.1";
-        if (address_ == "::") address_ = "::1";
+        describe();
     }
     int port() const { return port_; }
     // The numeric address this listener is bound to, as a client on this host connects to it
@@ -207,6 +227,41 @@ public:
     void shutdown() const { ::shutdown(s_.fd(), SHUT_RDWR); }
 
 private:
+    // A dual-stack wildcard listener on port; false (nothing held) where IPv6 sockets are unavailable.
+    bool listen_dual_stack(int port) {
+        Socket s(::socket(AF_INET6, SOCK_STREAM, 0));
+        if (!s.valid()) return false;
+        const int one = 1, zero = 0;
+        (void)::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (::setsockopt(s.fd(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) != 0) return false;
+        sockaddr_in6 a{};
+        a.sin6_family = AF_INET6;
+        a.sin6_addr = in6addr_any;
+        a.sin6_port = htons(std::uint16_t(port));
+        if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+            if (errno == EADDRINUSE)
+                throw NetworkError("cannot listen on port " + std::to_string(port) + " (" + std::strerror(errno) +
+                                   "; is another job using this port? choose another MASTER_PORT)");
+            return false;
+        }
+        if (::listen(s.fd(), 128) != 0) return false;
+        s_ = std::move(s);
+        return true;
+    }
+    // port_ and address_ from the bound socket.
+    void describe() {
+        sockaddr_storage addr{};
+        socklen_t len = sizeof addr;
+        ::getsockname(s_.fd(), reinterpret_cast<sockaddr*>(&addr), &len);
+        char numeric[NI_MAXHOST] = {}, service[NI_MAXSERV] = {};
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, numeric, sizeof numeric, service, sizeof service,
+                      NI_NUMERICHOST | NI_NUMERICSERV);
+        port_ = std::atoi(service);
+        address_ = numeric;
+        // A wildcard address is not one to connect to; the loopback reaches it (IPv4's: a dual-stack
+        // socket takes IPv4 too, and a host may have no IPv6 loopback).
+        if (address_ == "0.0.0.0" || address_ == "::") address_ = "127.0.0.1";
+    }
     Socket s_;
     int port_ = 0;
     std::string address_;

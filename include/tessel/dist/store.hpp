@@ -25,20 +25,18 @@ namespace tessel::dist {
 // A key-value store shared by the ranks of a job; rank 0's instance also serves it.
 class TcpStore {
 public:
-    // is_server: listen on host:port (port 0 picks a free port: port() says which) and serve;
-    // every instance then connects to host:port as a client.
+    // is_server: listen on port (0 picks a free port: port() says which) of every interface and
+    // serve; every instance then connects to host:port as a client. (The server does not bind host,
+    // MASTER_ADDR: as torch's TCPStore, since the host's own name may resolve here to a loopback
+    // address, as Debian's 127.0.1.1, where the other hosts reach its network address.)
     TcpStore(const std::string& host, int port, bool is_server, std::chrono::milliseconds timeout) : timeout_(timeout) {
-        // The serving rank connects to the address its listener took (MASTER_ADDR may be this
-        // host's address on a network, where the loopback address reaches nothing).
-        std::string connect_host = host;
         if (is_server) {
-            server_ = std::make_unique<Server>(host, port);
+            server_ = std::make_unique<Server>("", port);
             port = server_->listener.port();
-            connect_host = server_->listener.address();
         }
         port_ = port;
         try {
-            client_ = connect_to(connect_host, port, timeout);
+            client_ = connect_to(host, port, timeout);
         } catch (const NetworkError& e) {
             throw NetworkError(std::string("TcpStore: rank 0's store at ") + host + ":" + std::to_string(port) +
                                " did not answer: " + e.what() + "; is rank 0 running, and MASTER_ADDR/MASTER_PORT the same on every rank?");

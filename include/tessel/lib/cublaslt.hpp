@@ -314,8 +314,8 @@ inline void validate(const LtGemm& g) {
     require(!g.b_scale || is_fp8(g.b.type), w, "b_scale given but B is not fp8");
     require(!g.d_scale || is_fp8(g.d.type), w, "d_scale given but D is not fp8 (cuBLASLt scales only fp8 outputs)");
     if (g.scale_type == CUDA_R_32I)
-        require(g.alpha == std::nearbyint(g.alpha) && g.beta == std::nearbyint(g.beta) && std::fabs(g.alpha) <= 2147483647.0 &&
-                    std::fabs(g.beta) <= 2147483647.0,
+        require(g.alpha == std::nearbyint(g.alpha) && g.beta == std::nearbyint(g.beta) && g.alpha >= -2147483648.0 && g.alpha <= 2147483647.0 &&
+                    g.beta >= -2147483648.0 && g.beta <= 2147483647.0,
                 w, "alpha ", g.alpha, " and beta ", g.beta, " must be int32 values for an int32 scale type");
 }
 

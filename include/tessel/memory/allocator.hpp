@@ -14,6 +14,7 @@
 
 #include "../core/linkage.hpp"
 #include "../runtime/device.hpp"
+#include "../stream/stream.hpp"
 #include "config.hpp"
 #include "snapshot.hpp"
 #include "stats.hpp"
@@ -27,6 +28,15 @@ TESSEL_API Backend backend();
 // `bytes` of device memory on the current device, for use on `stream` (nullptr: the default stream),
 // which must be a live stream of that device.
 TESSEL_API void* allocate(std::size_t bytes, rt::stream_t stream = nullptr);
+// The same for a Stream, which must be of the current device (a default stream's null handle alone
+// would pass as the current device's).
+inline void* allocate(std::size_t bytes, const Stream& stream) {
+    const int current = current_device().index;
+    require(stream.device().index == current, "memory::allocate(", bytes, " bytes): stream ", static_cast<const void*>(stream.handle()),
+            " belongs to device ", stream.device().index, ", but the memory is allocated on the current device ", current, "; make device ",
+            stream.device().index, " current first (DeviceGuard) or pass a stream of device ", current);
+    return allocate(bytes, stream.handle());
+}
 // Returns memory from allocate(); it is reused at once by work on its stream.
 TESSEL_API void deallocate(void* p);
 // Declares that work on `stream` (a stream of `stream_device`, by default the current device) uses
@@ -34,6 +44,9 @@ TESSEL_API void deallocate(void* p);
 // moment has completed.
 // The stream and its device are checked here, not when the memory is freed.
 TESSEL_API void record_stream(void* p, rt::stream_t stream, std::optional<Device> stream_device = std::nullopt);
+// The same for a Stream, on the Stream's own device (a default stream's null handle alone would name
+// the current device's).
+inline void record_stream(void* p, const Stream& stream) { record_stream(p, stream.handle(), stream.device()); }
 // True if `p` is the start of a live allocation of tessel's device allocator.
 TESSEL_API bool owns(const void* p);
 // Returns all cached, unused memory of every device to the runtime.
@@ -57,8 +70,8 @@ TESSEL_API void set_memory_fraction(double fraction, Device d = current_device()
 TESSEL_API std::vector<std::string> check_invariants(Device d = current_device());
 // A text table of the statistics of device `d`, like torch.cuda.memory_summary().
 TESSEL_API std::string memory_summary(Device d = current_device());
-// The same table for statistics `s` labelled as device `device`.
-TESSEL_API std::string memory_summary(int device, const DeviceStats& s);
+// The same table for statistics `s` labelled as device `device`, with `note` (if any) under its heading.
+TESSEL_API std::string memory_summary(int device, const DeviceStats& s, const std::string& note = {});
 // Every segment of every device with its blocks, in address order (empty under backend:async, whose
 // pool does not expose its segments).
 TESSEL_API std::vector<SegmentInfo> snapshot();
@@ -92,6 +105,7 @@ TESSEL_API void deallocate_host(void* p);
 // (its reuse then waits for that work).
 // The stream and its device are checked here, not when the block is freed.
 TESSEL_API void record_host_use(void* p, rt::stream_t stream, std::optional<Device> device = std::nullopt);
+inline void record_host_use(void* p, const Stream& stream) { record_host_use(p, stream.handle(), stream.device()); }
 // True if `p` is the start of a live block of the pinned cache.
 TESSEL_API bool owns_host(const void* p);
 TESSEL_API HostStats host_stats();
@@ -116,8 +130,8 @@ inline int checked_stream_device(const char* what, rt::stream_t stream, std::opt
         DeviceGuard g(d);  // the default stream handle means this device's default stream
         actual = rt::stream_device(stream);
     }
-    require(actual == d.index, what, ": stream ", static_cast<const void*>(stream), " belongs to device ", actual,
-            ", not to device ", d.index, " as stated");
+    require(actual == d.index, what, ": stream ", static_cast<const void*>(stream), " belongs to device ", actual, ", not to device ",
+            d.index, stated ? " as stated" : ", the current one; pass the Stream itself or its device");
     return d.index;
 }
 }  // namespace tessel::detail

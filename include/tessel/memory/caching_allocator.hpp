@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -203,10 +204,16 @@ TESSEL_API bool owns(const void* p) { return CachingAllocator::instance().owns(p
 
 TESSEL_API void empty_cache() {
     auto& a = CachingAllocator::instance();
+    std::exception_ptr first;  // a device's error (a kernel fault surfacing) leaves the others' caches to empty
     for (int d = 0; d < a.device_count(); ++d) {
-        if (a.backend() == Backend::native) a.device(d).empty_cache();
-        else if (AsyncDeviceAllocator* made = a.async_if_made(d)) made->empty_cache();
+        try {
+            if (a.backend() == Backend::native) a.device(d).empty_cache();
+            else if (AsyncDeviceAllocator* made = a.async_if_made(d)) made->empty_cache();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
     }
+    if (first) std::rethrow_exception(first);
 }
 
 TESSEL_API DeviceStats stats(Device d) {
@@ -235,7 +242,11 @@ TESSEL_API std::vector<std::string> check_invariants(Device d) {
     AsyncDeviceAllocator* made = a.async_if_made(d.index);
     return made ? made->check_invariants() : std::vector<std::string>{};
 }
-TESSEL_API std::string memory_summary(Device d) { return memory_summary(d.index, stats(d)); }
+TESSEL_API std::string memory_summary(Device d) {
+    // The driver's pool reports only its current and peak reservation (as in PyTorch's async backend).
+    return memory_summary(d.index, stats(d),
+                          backend() == Backend::async ? "backend async: reserved memory is the pool's current and peak only" : "");
+}
 TESSEL_API std::vector<SegmentInfo> snapshot() {
     std::vector<SegmentInfo> all;
     auto& a = CachingAllocator::instance();

@@ -33,8 +33,12 @@ inline std::string DeviceCachingAllocator::oom_message(std::size_t requested, st
     }
     const std::int64_t allocated = stats_.allocated_bytes[0].current, reserved = stats_.reserved_bytes[0].current;
     std::ostringstream os;
+    const bool capped = reserved_limit_ != std::numeric_limits<std::size_t>::max() && reserved_ + segment > reserved_limit_;
     os << "out of memory on device " << device_ << ": tried to allocate " << format_bytes(std::int64_t(requested));
-    if (segment > requested) os << " (cudaMalloc was asked for a segment of " << format_bytes(std::int64_t(segment)) << ")";
+    if (capped)  // no cudaMalloc was made: the cap refused the segment
+        os << ", which needs a new segment of " << format_bytes(std::int64_t(segment)) << "; that would take tessel's reservations ("
+           << format_bytes(std::int64_t(reserved_)) << ") past set_memory_fraction's cap of " << format_bytes(std::int64_t(reserved_limit_));
+    else if (segment > requested) os << " (cudaMalloc was asked for a segment of " << format_bytes(std::int64_t(segment)) << ")";
     os << ".\n  device: " << format_bytes(std::int64_t(info.total_bytes)) << " total, "
        << format_bytes(std::int64_t(info.free_bytes)) << " free\n  tessel: " << format_bytes(allocated) << " allocated in "
        << stats_.allocation[0].current << " block(s); " << format_bytes(reserved) << " reserved, of which "
@@ -85,7 +89,7 @@ inline std::vector<SegmentInfo> DeviceCachingAllocator::snapshot() {
 inline constexpr std::size_t kSummaryWidth = 97;
 
 #if TESSEL_DEFINE_RUNTIME
-TESSEL_API std::string memory_summary(int device, const DeviceStats& s) {
+TESSEL_API std::string memory_summary(int device, const DeviceStats& s, const std::string& note) {
     // "| text ... |" at the table's width (text longer than the box widens only its own line).
     auto boxed = [](const std::string& text) {
         std::string l = "|  " + text;
@@ -101,8 +105,9 @@ TESSEL_API std::string memory_summary(int device, const DeviceStats& s) {
     std::ostringstream os;
     os << rule << boxed("tessel memory summary, device " + std::to_string(device))
        << boxed("alloc retries: " + std::to_string(s.num_alloc_retries) + "   OOMs: " + std::to_string(s.num_ooms) +
-                "   device allocs: " + std::to_string(s.num_device_alloc) + "   device frees: " + std::to_string(s.num_device_free))
-       << rule << cells("metric", "current", "peak", "total alloc'd", "total freed") << rule;
+                "   device allocs: " + std::to_string(s.num_device_alloc) + "   device frees: " + std::to_string(s.num_device_free));
+    if (!note.empty()) os << boxed(note);
+    os << rule << cells("metric", "current", "peak", "total alloc'd", "total freed") << rule;
     bool first = true;
     auto rows = [&](const char* name, const StatArray& a, bool bytes) {
         if (!std::exchange(first, false)) os << thin;

@@ -160,8 +160,10 @@ public:
         {
             std::lock_guard l(m_);
             stopping_ = false;
+            failure_ = nullptr;  // an earlier run's, kept by halt(): not this run's to report
         }
         thread_ = std::thread([this] { run(); });
+        running_ = true;
     }
     // Stops and joins the sampling thread (no effect if it does not run), then rethrows the first
     // exception the thread met since start(): a policy callback that threw, a reading that failed
@@ -180,7 +182,7 @@ public:
     }
     // Stops and joins the sampling thread, keeping any exception it met (the destructor's stop).
     void halt() {
-        std::lock_guard lk(thread_m_);
+        std::lock_guard lk(thread_m_);  // start() waits for the join: one sampler at a time
         if (!thread_.joinable()) return;
         {
             std::lock_guard l(m_);
@@ -188,11 +190,11 @@ public:
         }
         wake_.notify_all();
         thread_.join();
+        running_ = false;
     }
-    bool running() const {
-        std::lock_guard lk(thread_m_);
-        return thread_.joinable();
-    }
+    // Whether the sampling thread runs (true until stop() has joined it). Lock-free, so a policy
+    // callback may ask while another thread's stop() waits for that callback to return.
+    bool running() const { return running_.load(); }
 
     // One sample of every device now, on the calling thread, with the policies.
     void sample_now() { take_sample(); }
@@ -406,16 +408,24 @@ private:
         for (const Fired& f : fired) alerts_.push_back(f.alert);
         if (alerts_.size() > 4096) alerts_.erase(alerts_.begin(), alerts_.begin() + std::ptrdiff_t(alerts_.size() - 4096));
     }
-    // Calls each fired alert's policy callback, without the lock.
+    // Calls each fired alert's policy callback, without the lock; one that throws does not keep the
+    // others from theirs (an alert fires once per violation), and the first exception is rethrown
+    // after all have run.
     void notify(const std::vector<Fired>& fired) {
+        std::exception_ptr first;
         for (const Fired& f : fired) {
             std::function<void(const Alert&)> callback;
             {
                 std::lock_guard lk(m_);
                 callback = policies_[f.policy].policy.callback;  // policies are only ever added
             }
-            callback(f.alert);
+            try {
+                callback(f.alert);
+            } catch (...) {
+                if (!first) first = std::current_exception();
+            }
         }
+        if (first) std::rethrow_exception(first);
     }
 
     MonitorOptions options_;
@@ -432,6 +442,7 @@ private:
     std::vector<Alert> alerts_;
     mutable std::mutex thread_m_;  // start/stop
     std::thread thread_;
+    std::atomic<bool> running_{false};  // thread_ started and not yet joined
 };
 
 }  // namespace tessel::monitor

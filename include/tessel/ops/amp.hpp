@@ -119,7 +119,7 @@ public:
     double scale() const { return scale_; }
     // The loss times the current scale (a new tensor, computed on `stream`): backpropagate from it.
     template <Element T>
-    Tensor<T> scale(const Tensor<T>& loss, std::optional<rt::stream_t> stream = {}) const {
+    Tensor<T> scale(const Tensor<T>& loss, std::optional<StreamArg> stream = {}) const {
         static_assert(ops::is_float_type<T>, "DynamicLossScaler::scale: the loss is a floating-point tensor");
         require(loss.defined(), "DynamicLossScaler::scale: the loss is an undefined (default-constructed) tensor");
         return evaluate(loss * scale_, stream);
@@ -131,7 +131,7 @@ public:
     // Undefined gradients (parameters without one) are skipped, as torch skips None; a gradient
     // already unscaled since the last update() is refused (it would be divided by the scale twice).
     template <Element T>
-    void unscale(std::span<const Tensor<T>> all_grads, std::optional<rt::stream_t> stream = {}) {
+    void unscale(std::span<const Tensor<T>> all_grads, std::optional<StreamArg> stream = {}) {
         const rt::stream_t s = stream_for("DynamicLossScaler::unscale", stream, device_);
         std::vector<Tensor<T>> grads;
         grads.reserve(all_grads.size());
@@ -149,8 +149,7 @@ public:
         // Everything that touches the flag (its clear, each unscale's atomicOr) runs on one chain of
         // streams: flag_done_ is recorded after each, and a new stream waits for it first, so
         // found_nonfinite() and update(), on the last stream, come after every unscale since the
-        // clear, and none overlaps the clear. (cudaStreamPerThread names a different stream on each
-        // host thread: a scaler is used from one thread, as GradScaler is.)
+        // clear, and none overlaps the clear.
         if (s != stream_) {
             DeviceGuard g(device_);
             // The flag is written on `s` too: its memory must outlive that work, wherever it is freed
@@ -166,17 +165,17 @@ public:
         checked_ = true;
     }
     template <Element T>
-    void unscale(const std::vector<Tensor<T>>& grads, std::optional<rt::stream_t> stream = {}) {
+    void unscale(const std::vector<Tensor<T>>& grads, std::optional<StreamArg> stream = {}) {
         unscale(std::span<const Tensor<T>>(grads), stream);
     }
     template <Element T>
-    void unscale(std::initializer_list<Tensor<T>> grads, std::optional<rt::stream_t> stream = {}) {
+    void unscale(std::initializer_list<Tensor<T>> grads, std::optional<StreamArg> stream = {}) {
         unscale(std::span<const Tensor<T>>(grads.begin(), grads.size()), stream);
     }
     // Gradients of several dtypes in one call, each group a Tensor<T>, std::vector<Tensor<T>> or
     // std::span<const Tensor<T>>: scaler.unscale_all(stream, fp32_grads, bf16_grads).
     template <class... Groups>
-    void unscale_all(std::optional<rt::stream_t> stream, const Groups&... groups) {
+    void unscale_all(std::optional<StreamArg> stream, const Groups&... groups) {
         (unscale_group(groups, stream), ...);
     }
 
@@ -211,11 +210,11 @@ public:
 
 private:
     template <Element T>
-    void unscale_group(const Tensor<T>& g, std::optional<rt::stream_t> stream) {
+    void unscale_group(const Tensor<T>& g, std::optional<StreamArg> stream) {
         unscale(std::span<const Tensor<T>>(&g, 1), stream);
     }
     template <class G>
-    void unscale_group(const G& g, std::optional<rt::stream_t> stream) {
+    void unscale_group(const G& g, std::optional<StreamArg> stream) {
         unscale(std::span<const typename G::value_type>(g.data(), g.size()), stream);
     }
 

@@ -153,14 +153,10 @@ public:
     // Queues the evaluation on `stream` (one kernel) and returns. Reading the output on another
     // stream, or freeing inputs used on a stream other than the one they were allocated on, needs the
     // usual ordering (events, record_stream), as with any kernel.
-    void run(rt::stream_t stream, std::source_location site = std::source_location::current()) const;
-    void run(const Stream& stream, std::source_location site = std::source_location::current()) const {
-        run(stream.handle(), site);
-    }
+    // A Stream must be of the output's device (its default stream included).
+    void run(StreamArg stream, std::source_location site = std::source_location::current()) const;
     // On the current stream of the output's device.
-    void run(std::source_location site = std::source_location::current()) const {
-        run(current_stream(out_.device()).handle(), site);
-    }
+    void run(std::source_location site = std::source_location::current()) const { run(StreamArg(current_stream(out_.device())), site); }
 
 private:
     Tensor<Out> out_;
@@ -168,7 +164,7 @@ private:
 };
 
 template <Element Out, class E>
-void Assignment<Out, E>::run(rt::stream_t chosen, std::source_location site) const {
+void Assignment<Out, E>::run(StreamArg chosen, std::source_location site) const {
     require(out_.defined(), "expression assignment: the output is an undefined (default-constructed) tensor");
     const Shape& shape = out_.shape();
     const Shape expr_shape = expr_.shape();
@@ -189,7 +185,7 @@ void Assignment<Out, E>::run(rt::stream_t chosen, std::source_location site) con
                 ", strides ", out_.strides(), ") repeats elements along dim ", d,
                 " (a broadcast view); write into a tensor whose elements are distinct");
     require(::tessel::detail::distinct_elements(out_.layout()), "expression assignment: the output (shape ", shape, ", strides ",
-            out_.strides(), ") reaches some elements through more than one index (an overlapping view), so threads "
+            out_.strides(), ") ", ::tessel::detail::repeated_elements_text(out_.layout()), " (an overlapping view), so threads "
             "would race to write them; write into a tensor whose elements are distinct");
 
     std::vector<LeafPlan> leaves = detail::leaf_plans(expr_, shape, device, "the output");
@@ -319,7 +315,7 @@ TESSEL_COMPOUND_ASSIGNMENT(%=, %)
 // its first tensor operand, computed by one kernel on `stream` (default: that device's current stream).
 template <class E>
     requires std::is_base_of_v<Expression<E>, E>
-Tensor<typename E::dtype> evaluate(const E& expr, std::optional<rt::stream_t> stream = std::nullopt,
+Tensor<typename E::dtype> evaluate(const E& expr, std::optional<StreamArg> stream = std::nullopt,
                                    std::source_location site = std::source_location::current()) {
     std::optional<Device> device;
     expr.visit_leaves([&](const auto& t) {

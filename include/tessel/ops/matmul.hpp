@@ -134,17 +134,17 @@ template <class T, class Out>
 void matmul_into(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, const MatmulShapes& s, const MatmulOptions& o,
                  const MatmulEpilogue<Out>& e, std::source_location site) {
     const Device device = a.device();
-    const rt::stream_t stream = o.stream ? *o.stream : current_stream(device).handle();
-    if (o.stream) {  // a stream the caller chose must belong to the operands' device
-        DeviceGuard guard(device);  // a null stream is this device's default stream
-        const int stream_device = rt::stream_device(stream);
-        require(stream_device == device.index, "matmul: stream ", static_cast<const void*>(stream), " belongs to device ", stream_device,
-                ", the operands are on device ", device.index);
-    }
+    const rt::stream_t stream = stream_for("matmul", o.stream, device);  // one the caller chose must be of the operands' device
     check_epilogue<T, Out>(e, s, o, device);
     // The operands as [..., M, K] and [..., K, N], the output (and residual) as batch + [M, N].
-    const Tensor<T> a2 = s.a_vector ? a.unsqueeze(0) : a;
-    const Tensor<T> b2 = s.b_vector ? b.unsqueeze(1) : b;
+    Tensor<T> a2 = s.a_vector ? a.unsqueeze(0) : a;
+    Tensor<T> b2 = s.b_vector ? b.unsqueeze(1) : b;
+    if (o.alpha == 0) {
+        // BLAS's rule: with alpha 0, a and b are not read, so an Inf or NaN in them does not make
+        // 0 * Inf; every path then computes beta * out and the rest of the epilogue (as for K = 0).
+        a2 = a2.narrow(a2.dim() - 1, 0, 0);
+        b2 = b2.narrow(b2.dim() - 2, 0, 0);
+    }
     MatmulEpilogue<Out> full_e = e;
     if (e.residual) full_e.residual = as_full(*e.residual, s);
     for (const Tensor<T>* t : {&a, &b}) ::tessel::detail::order_after_last_write(*t->storage(), stream, device);
@@ -191,8 +191,8 @@ void matmul(const Tensor<T>& a, const Tensor<T>& b, const Tensor<Out>& out, cons
     require(out.device() == a.device(), "matmul: out is on device ", out.device().index, ", the operands on device ", a.device().index);
     require(out.shape() == s.result, "matmul: out has shape ", out.shape(), " but the product of ", a.shape(),
             " and ", b.shape(), " has shape ", s.result);
-    require(::tessel::detail::distinct_elements(out.layout()), "matmul: out (shape ", out.shape(), ", strides ",
-            out.strides(), ") repeats elements (a broadcast or overlapping view); write into a tensor whose elements are distinct");
+    require(::tessel::detail::distinct_elements(out.layout()), "matmul: out (shape ", out.shape(), ", strides ", out.strides(), ") ",
+            ::tessel::detail::repeated_elements_text(out.layout()), " (a broadcast or overlapping view); write into a tensor whose elements are distinct");
     const MatmulEpilogue<Out>* e = &epilogue;
     MatmulEpilogue<Out> copied;
     if (out.numel() > 0) {
@@ -239,7 +239,7 @@ Tensor<matmul_result_t<T>> matmul(const Tensor<T>& a, const Tensor<T>& b, const 
                   "e5m2 x e5m2 product)");
     const ops::detail::MatmulShapes s = ops::detail::matmul_shapes(a, b);
     require(options.beta == 0, "matmul: beta = ", options.beta, " scales an existing output; pass one (matmul(a, b, out, options))");
-    const rt::stream_t stream = options.stream ? *options.stream : current_stream(a.device()).handle();
+    const rt::stream_t stream = stream_for("matmul", options.stream, a.device());
     Tensor<R> out = empty<R>(s.result, TensorOptions{.device = a.device(), .stream = stream, .non_blocking = true});
     ops::detail::matmul_into(a, b, out, s, options, epilogue, site);
     return out;
@@ -257,6 +257,8 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_id
                  std::source_location site = std::source_location::current()) {
     static_assert(!std::is_same_v<T, std::int8_t> && !ops::detail::fp8_type<T>, "linear of int8 or fp8 tensors: call matmul(x, weight.transpose(0, 1), out, options, "
                   "epilogue) with an int8, fp32, bf16 or fp16 out and the epilogue's scales and bias");
+    require(options.beta == 0, "linear: beta = ", options.beta, " scales an existing output, which linear does not take; call "
+            "matmul(x, weight.transpose(0, 1), out, options, {.bias = bias, .activation = activation})");
     require(weight.defined() && (weight.dim() == 2 || weight.dim() == 1), "linear: the weight must be a 2-d tensor [out_features, "
             "in_features] or a 1-d one [in_features], not shape ", ::tessel::detail::shape_of(weight));
     const std::int64_t in_features = weight.shape()[weight.dim() - 1];
@@ -283,7 +285,7 @@ Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const std::type_id
         require(bias->device() == x.device(), "linear: the bias is on device ", bias->device().index, " and the input on device ",
                 x.device().index);
         const Tensor<T> b = bias->dim() == 0 ? bias->unsqueeze(0).expand({weight.shape()[0]}) : *bias;
-        e.bias = b.is_contiguous() ? b : b.contiguous(options.stream ? *options.stream : current_stream(x.device()).handle());
+        e.bias = b.is_contiguous() ? b : b.contiguous(options.stream);
     }
     return matmul(x, weight.transpose(0, 1), options, e, site);
 }

@@ -240,15 +240,16 @@ bool lt_takes(const MatmulOptions& o, bool fuses) {
 }
 
 // cuBLASLt's epilogue for e on a product whose C has row layout or not, or nothing when it cannot
-// fuse e: no residual, no scales, relu or the tanh GELU (cuBLASLt's GELU is the tanh form), a bias
-// along D's rows (C's columns for a row-layout C: torch's linear).
+// fuse e as tessel defines it: no residual, no scales, no activation or the tanh GELU (cuBLASLt's
+// GELU is the tanh form), a bias along D's rows (C's columns for a row-layout C: torch's linear).
 template <class Out>
 std::optional<cublasLtEpilogue_t> lt_epilogue(const MatmulEpilogue<Out>& e, bool c_row) {
     if (e.residual || e.row_scale || e.col_scale) return std::nullopt;
     if (e.bias && e.bias_per_row == c_row) return std::nullopt;
     switch (e.activation) {
         case Activation::none: return e.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-        case Activation::relu: return e.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+        // Not relu: cuBLASLt's is max(x, 0), which makes NaN 0, where torch.relu and every other
+        // path keep NaN; it runs as the epilogue kernel after the product instead.
         case Activation::gelu_tanh: return e.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
         default: return std::nullopt;
     }
@@ -425,7 +426,7 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     using Acc = accumulator_t<T, Out>;
     using Product = product_t<T>;
     const int rank = out.dim();
-    const bool asked_automatic = !o.policy && matmul_policy() == MatmulPolicy::automatic;
+    const bool asked_automatic = (o.policy ? *o.policy : matmul_policy()) == MatmulPolicy::automatic;
     if (asked_automatic && matmul_autotune()) {
         // The winner for this problem, timed on first sight: each candidate on a scratch output
         // (beta 0, so the real output is written once, below), a warm-up run and an event-timed one.
@@ -509,7 +510,14 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
     const MatrixLayout lc = layout_of(matrix_arg(out));
     const bool through_epilogue_kernel =
         e.fuses_anything() || (int8 && !std::is_same_v<Out, int>) || (fp8 && a.shape()[a.dim() - 1] == 0);
-    const bool direct = lc == MatrixLayout::row || (!hand && !through_epilogue_kernel && lc == MatrixLayout::col);
+    // cuBLASLt's fp8 kernels take its m (our N, for a row-layout output) in multiples of 16, and the
+    // output's leading dim likewise, 16-byte aligned: any other output goes through the temporary
+    // (leading dim N), so M stays free whatever the output's layout.
+    bool fp8_output_ok = true;
+    if constexpr (fp8)
+        fp8_output_ok = lc == MatrixLayout::row && leading_dim(matrix_arg(out), MatrixLayout::row) % 16 == 0 &&
+                        reinterpret_cast<std::uintptr_t>(out.data()) % 16 == 0;
+    const bool direct = fp8_output_ok && (lc == MatrixLayout::row || (!hand && !through_epilogue_kernel && lc == MatrixLayout::col));
     const Tensor<Out> c = direct ? out : (o.beta != 0 ? out.to(on) : empty<Out>(out.shape(), on));
     const Shape full = c.shape();
     const int r = full.size();
@@ -574,7 +582,7 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
                         fail<Unsupported>("matmul: cuBLASLt has no ", dtype_name<T>(), " kernel for ", m, " x ", n, " x ", ma.cols,
                                           " (M x N x K) on device ", device.index, " (sm_",
                                           device_attribute<cudaDevAttrComputeCapabilityMajor>(device), "x): its fp8 kernels need sm_89 "
-                                          "or newer, K and the output's leading dim multiples of 16, 16-byte aligned operands, and "
+                                          "or newer, N and K multiples of 16 (M is free), 16-byte aligned operands, and "
                                           "not both operands e5m2; pad the operands, or dequantise and multiply in bf16");
                 } else {
                     library_gemm<T, Target>(device, stream, ma, mb, target, inner, opts, site);
@@ -592,7 +600,12 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
             // and one more launch applies the epilogue, reading a 16-bit output's product from an
             // fp32 buffer (an int8 product's from int32) so the result is rounded once, as on the
             // fused path.
-            const bool in_place = std::is_same_v<Out, Product> && !zero_k;
+            // In place only where the epilogue leaves the library's beta * C alone: a row or column
+            // scale would scale it too (an fp8 product into fp32 with beta), so that one goes
+            // through the product buffer.
+            bool scales_prior = false;
+            if constexpr (epilogue_t<T, Out>::scaled) scales_prior = epi.beta != Acc(0) && (epi.row_scale || epi.col_scale);
+            const bool in_place = std::is_same_v<Out, Product> && !zero_k && !scales_prior;
             Tensor<Product> product;
             MatrixArg mp = mcc;
             if (in_place) {

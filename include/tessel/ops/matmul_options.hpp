@@ -18,7 +18,7 @@ struct MatmulOptions {
     double alpha = 1, beta = 0;          // out = alpha * a @ b + beta * out (beta only with an out tensor)
     std::optional<MatmulPolicy> policy = std::nullopt;  // unset: matmul_policy(), the process default
     bool allow_tf32 = false;             // fp32 may run on TF32 tensor cores (library), as torch.backends.cuda.matmul.allow_tf32
-    std::optional<rt::stream_t> stream = std::nullopt;  // unset: the current stream of the operands' device
+    std::optional<StreamArg> stream = std::nullopt;  // unset: the current stream of the operands' device
 };
 
 // The activation fused after bias (kernels/gemm_epilogue.cuh): none, relu, gelu (erf form),

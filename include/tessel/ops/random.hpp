@@ -18,16 +18,16 @@ namespace tessel {
 // order): uniform in [lo, hi).
 template <Element T>
 void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset = 0, double lo = 0.0, double hi = 1.0,
-                  std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current());
+                  std::optional<StreamArg> stream = {}, std::source_location site = std::source_location::current());
 // The same with normal values of the given mean and standard deviation (Box-Muller).
 template <Element T>
 void normal_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset = 0, double mean = 0.0, double stddev = 1.0,
-                 std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current());
+                 std::optional<StreamArg> stream = {}, std::source_location site = std::source_location::current());
 
 namespace ops::detail {
 template <kernels::Distribution D, Element T>
 void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double a, double b,
-                 std::optional<rt::stream_t> stream, std::source_location site) {
+                 std::optional<StreamArg> stream, std::source_location site) {
     static_assert(is_float_type<T>, "random fills produce floating-point tensors");
     require(t.defined(), name, ": the tensor is undefined (default-constructed)");
     require(t.space() == MemorySpace::device || t.space() == MemorySpace::managed, name, ": needs a device or managed tensor, got ",
@@ -40,7 +40,8 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
         // A view takes the values a contiguous tensor of its shape would, in its row-major order,
         // filled on the op's stream and copied in (torch's uniform_ of a view draws in place).
         require(::tessel::detail::distinct_elements(t.layout()), name, ": the tensor (shape ", t.shape(), ", strides ", t.strides(),
-                ") reaches some elements through more than one index (a broadcast or overlapping view); fill a tensor whose elements are distinct");
+                ") ", ::tessel::detail::repeated_elements_text(t.layout()),
+                " (a broadcast or overlapping view); fill a tensor whose elements are distinct");
         const rt::stream_t s = stream_for(name, stream, device);
         const Tensor<T> dense = empty<T>(t.shape(), TensorOptions{.device = device, .stream = s, .non_blocking = true});
         random_fill<D>(name, dense, seed, offset, a, b, s, site);
@@ -63,7 +64,7 @@ void random_fill(const char* name, const Tensor<T>& t, std::uint64_t seed, std::
 }  // namespace ops::detail
 
 template <Element T>
-void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double lo, double hi, std::optional<rt::stream_t> stream,
+void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double lo, double hi, std::optional<StreamArg> stream,
                   std::source_location site) {
     require(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "uniform_fill: the range [", lo, ", ", hi,
             ") must be finite with lo <= hi");
@@ -81,7 +82,7 @@ void uniform_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, 
 }
 template <Element T>
 void normal_fill(const Tensor<T>& t, std::uint64_t seed, std::uint64_t offset, double mean, double stddev,
-                 std::optional<rt::stream_t> stream, std::source_location site) {
+                 std::optional<StreamArg> stream, std::source_location site) {
     require(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0, "normal_fill: mean ", mean, " and stddev ", stddev,
             " must be finite, stddev not negative");
     ops::detail::random_fill<kernels::Distribution::normal>("normal_fill", t, seed, offset, mean, stddev, stream, site);

@@ -252,7 +252,7 @@ void reduce_long_outputs(const ReductionPieces& r, const Op& op, std::int64_t M,
 
 template <class Op, Element T>
 Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, const Axes& axes, bool keepdim,
-                                  std::optional<rt::stream_t> stream_opt, std::source_location site) {
+                                  std::optional<StreamArg> stream_opt, std::source_location site) {
     using Out = typename Op::out_t;
     require(x.defined(), name, ": an undefined (default-constructed) tensor");
     require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
@@ -319,7 +319,7 @@ Tensor<typename Op::out_t> reduce(const char* name, const Tensor<T>& x, Op op, c
 // reduction reads it (the same values, rounded to the expression's type, as reducing evaluate(expr)).
 template <class Op, class E>
 Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op op, const Axes& axes, bool keepdim,
-                                             std::optional<rt::stream_t> stream_opt, std::source_location site) {
+                                             std::optional<StreamArg> stream_opt, std::source_location site) {
     using Out = typename Op::out_t;
     using D = typename E::dtype;
     const Shape shape = expr.shape();
@@ -393,7 +393,7 @@ Tensor<typename Op::out_t> reduce_expression(const char* name, const E& expr, Op
 
 // Either kind of input: a tensor, or an expression reduced without materialising it.
 template <class Op, class X>
-auto reduce_any(const char* name, const X& x, Op op, const Axes& axes, bool keepdim, std::optional<rt::stream_t> stream,
+auto reduce_any(const char* name, const X& x, Op op, const Axes& axes, bool keepdim, std::optional<StreamArg> stream,
                 std::source_location site) {
     if constexpr (is_tensor<X>) return reduce(name, x, op, axes, keepdim, stream, site);
     else return reduce_expression(name, x, op, axes, keepdim, stream, site);
@@ -415,7 +415,7 @@ using element_of = typename operand_dtype<X>::type;
 // all and any (values taken as bool).
 #define TESSEL_REDUCTION(fn, ...)                                                                                     \
     template <ops::reducible X>                                                                                      \
-    auto fn(const X& x, const Axes& axes = {}, bool keepdim = false, std::optional<rt::stream_t> stream = {},          \
+    auto fn(const X& x, const Axes& axes = {}, bool keepdim = false, std::optional<StreamArg> stream = {},          \
             std::source_location site = std::source_location::current()) {                                          \
         using T = ops::element_of<X>;                                                                                \
         return ops::detail::reduce_any(#fn, x, __VA_ARGS__{}, axes, keepdim, stream, site);                          \
@@ -434,7 +434,7 @@ TESSEL_REDUCTION(any, ops::LogicalReducer<T, false>)
 // L1, L2 or inf norm over the axes (all by default).
 template <ops::reducible X>
 auto norm(const X& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = {}, bool keepdim = false,
-          std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+          std::optional<StreamArg> stream = {}, std::source_location site = std::source_location::current()) {
     using T = ops::element_of<X>;
     switch (p) {
         case ops::NormOrder::l1: return ops::detail::reduce_any("norm", x, ops::NormReducer<T, ops::NormOrder::l1>{}, axes, keepdim, stream, site);
@@ -447,14 +447,14 @@ auto norm(const X& x, ops::NormOrder p = ops::NormOrder::l2, const Axes& axes = 
 // other c by max(0, n - c) (torch's float correction).
 template <ops::reducible X>
 auto var(const X& x, const Axes& axes = {}, double correction = 1, bool keepdim = false,
-         std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+         std::optional<StreamArg> stream = {}, std::source_location site = std::source_location::current()) {
     require(std::isfinite(correction) && correction >= 0, "var: correction ", correction, " must be finite and not negative (1: unbiased, 0: population)");
     return ops::detail::reduce_any("var", x, ops::VarianceReducer<ops::element_of<X>, false>{correction}, axes, keepdim, stream, site);
 }
 // Standard deviation: the square root of var.
 template <ops::reducible X>
 auto stddev(const X& x, const Axes& axes = {}, double correction = 1, bool keepdim = false,
-            std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+            std::optional<StreamArg> stream = {}, std::source_location site = std::source_location::current()) {
     require(std::isfinite(correction) && correction >= 0, "stddev: correction ", correction, " must be finite and not negative (1: unbiased, 0: population)");
     return ops::detail::reduce_any("stddev", x, ops::VarianceReducer<ops::element_of<X>, true>{correction}, axes, keepdim, stream, site);
 }

@@ -189,7 +189,7 @@ int active_clusters(Device d, int size, unsigned threads, std::size_t bytes) {
 
 // Runs `op` over the rows of x along `axis`; the result has x's shape and is contiguous.
 template <Element T, class Op>
-Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, std::optional<rt::stream_t> stream_opt,
+Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, std::optional<StreamArg> stream_opt,
                          std::source_location site) {
     static_assert(is_float_type<T>, "row normalisations need a floating-point tensor; convert with cast_to<float>(...) first");
     require(x.defined(), name, ": an undefined (default-constructed) tensor");
@@ -298,7 +298,7 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
 // view, an expanded 0-d tensor) is copied on the op's stream first, as torch takes it.
 template <Element T>
 std::optional<Tensor<T>> parameter(const char* name, const char* what, const std::optional<Tensor<T>>& p, const Tensor<T>& x,
-                                   std::optional<rt::stream_t> stream) {
+                                   std::optional<StreamArg> stream) {
     if (!p) return std::nullopt;
     const std::int64_t cols = x.shape()[x.dim() - 1];
     require(p->defined() && p->dim() == 1 && p->numel() == cols, name, ": ", what, " must be a 1-d tensor of ", cols,
@@ -321,20 +321,20 @@ namespace tessel {
 
 // exp(x - max) / sum(exp(x - max)) along `axis`.
 template <Element T>
-Tensor<T> softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
+Tensor<T> softmax(const Tensor<T>& x, int axis = -1, std::optional<StreamArg> stream = {},
                   std::source_location site = std::source_location::current()) {
     return ops::detail::normalize_rows("softmax", x, axis, ops::detail::softmax_row_t<T, false>{}, stream, site);
 }
 // x - max - log(sum(exp(x - max))) along `axis`.
 template <Element T>
-Tensor<T> log_softmax(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {},
+Tensor<T> log_softmax(const Tensor<T>& x, int axis = -1, std::optional<StreamArg> stream = {},
                       std::source_location site = std::source_location::current()) {
     return ops::detail::normalize_rows("log_softmax", x, axis, ops::detail::softmax_row_t<T, true>{}, stream, site);
 }
 // Layer normalisation over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
 template <Element T>
 Tensor<T> layer_norm(const Tensor<T>& x, const std::type_identity_t<std::optional<Tensor<T>>>& weight = {}, const std::type_identity_t<std::optional<Tensor<T>>>& bias = {},
-                     double eps = 1e-5, std::optional<rt::stream_t> stream = {},
+                     double eps = 1e-5, std::optional<StreamArg> stream = {},
                      std::source_location site = std::source_location::current()) {
     using C = ops::detail::row_compute_t<T>;
     require(x.defined() && x.dim() > 0, "layer_norm: needs a defined tensor of at least one dim");
@@ -347,7 +347,7 @@ Tensor<T> layer_norm(const Tensor<T>& x, const std::type_identity_t<std::optiona
 // RMS normalisation over the last dim: x / sqrt(mean(x^2) + eps) * weight.
 template <Element T>
 Tensor<T> rms_norm(const Tensor<T>& x, const std::type_identity_t<std::optional<Tensor<T>>>& weight = {}, double eps = 1e-6,
-                   std::optional<rt::stream_t> stream = {}, std::source_location site = std::source_location::current()) {
+                   std::optional<StreamArg> stream = {}, std::source_location site = std::source_location::current()) {
     using C = ops::detail::row_compute_t<T>;
     require(x.defined() && x.dim() > 0, "rms_norm: needs a defined tensor of at least one dim");
     require(std::isfinite(eps) && eps >= 0, "rms_norm: eps ", eps, " must be finite and not negative");

@@ -129,7 +129,7 @@ auto radix_key(T v, bool descending) {
 
 // sort and argsort, which `name` names in errors.
 template <Element T>
-Sorted<T> sort_along(const char* name, const Tensor<T>& x, int axis, bool descending, std::optional<rt::stream_t> stream_opt) {
+Sorted<T> sort_along(const char* name, const Tensor<T>& x, int axis, bool descending, std::optional<StreamArg> stream_opt) {
     ops::detail::require_sortable(name, x);
     const rt::stream_t stream = stream_for(name, stream_opt, x.device());
     DeviceGuard guard(x.device());
@@ -192,18 +192,18 @@ Sorted<T> sort_along(const char* name, const Tensor<T>& x, int axis, bool descen
 
 // x sorted along `axis` (stable), with the original positions.
 template <Element T>
-Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<rt::stream_t> stream = {}) {
+Sorted<T> sort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<StreamArg> stream = {}) {
     return ops::detail::sort_along("sort", x, axis, descending, stream);
 }
 // The positions that sort x along `axis` (stable).
 template <Element T>
-Tensor<std::int64_t> argsort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<rt::stream_t> stream = {}) {
+Tensor<std::int64_t> argsort(const Tensor<T>& x, int axis = -1, bool descending = false, std::optional<StreamArg> stream = {}) {
     return ops::detail::sort_along("argsort", x, axis, descending, stream).indices;
 }
 
 namespace ops::detail {
 template <Element T, bool Product>
-auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<rt::stream_t> stream_opt) {
+auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<StreamArg> stream_opt) {
     using Out = std::conditional_t<is_float_type<T>, T, std::int64_t>;
     using Acc = reduce_acc_t<T>;
     require(x.defined() && (x.space() == MemorySpace::device || x.space() == MemorySpace::managed), name, ": needs a device tensor");
@@ -245,18 +245,18 @@ auto scan(const char* name, const Tensor<T>& x, int axis, std::optional<rt::stre
 
 // Running sums along `axis` (integers and bool give int64; float16/bfloat16 accumulate in float).
 template <Element T>
-auto cumsum(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {}) {
+auto cumsum(const Tensor<T>& x, int axis = -1, std::optional<StreamArg> stream = {}) {
     return ops::detail::scan<T, false>("cumsum", x, axis, stream);
 }
 // Running products along `axis`.
 template <Element T>
-auto cumprod(const Tensor<T>& x, int axis = -1, std::optional<rt::stream_t> stream = {}) {
+auto cumprod(const Tensor<T>& x, int axis = -1, std::optional<StreamArg> stream = {}) {
     return ops::detail::scan<T, true>("cumprod", x, axis, stream);
 }
 
 // The distinct values of x in ascending order (1-d). Waits for the count to size the result.
 template <Element T>
-Tensor<T> unique(const Tensor<T>& x, std::optional<rt::stream_t> stream_opt = {}) {
+Tensor<T> unique(const Tensor<T>& x, std::optional<StreamArg> stream_opt = {}) {
     ops::detail::require_sortable("unique", x);
     const rt::stream_t stream = stream_for("unique", stream_opt, x.device());
     DeviceGuard guard(x.device());

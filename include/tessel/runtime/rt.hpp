@@ -3,9 +3,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "api.hpp"
+
+// nvcc --default-stream per-thread makes the null stream handle mean each host thread's own stream:
+// tessel's default streams (a null handle) would then be many streams under one handle, and the
+// caching allocator would hand one thread's freed memory to another's work at once.
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM) && defined(TESSEL_BACKEND_CUDA)
+#error "tessel needs the legacy default stream: build without --default-stream per-thread (use tessel::Stream::create() for streams of your own)"
+#endif
 
 namespace tessel::rt {
 
@@ -126,8 +134,15 @@ inline bool stream_query(stream_t s) {
     return true;
 }
 // The device a stream belongs to (the current device for the default stream); throws CudaError
-// for a handle that is not a live stream.
+// for a handle that is not a live stream. Every check of a stream argument comes here, and refuses
+// cudaStreamPerThread: that one handle names a different stream on each host thread, while the
+// caching allocator and the tensors' last-write records order work by handle (a block freed by one
+// thread's stream would be handed to another's at once).
 inline int stream_device(stream_t s) {
+    if (reinterpret_cast<std::uintptr_t>(s) == 0x2)  // cudaStreamPerThread (driver_types.h; the sim's is the same)
+        fail<InvalidArgument>("cudaStreamPerThread names a different stream on each host thread; tessel orders memory reuse and "
+                              "tensor accesses by stream handle and cannot take it: pass a Stream (Stream::create()) or a "
+                              "stream handle of your own");
     int d = 0;
     TESSEL_CUDA_CHECK(api::cudaStreamGetDevice(s, &d));
     return d;

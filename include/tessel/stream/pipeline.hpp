@@ -56,16 +56,21 @@ void overlap_pipeline(std::span<const In> input, std::span<Out> output, Step&& s
     };
     auto release = [&] {  // every lane, even if one fails: what was allocated is given back
         std::exception_ptr first;
-        for (Lane& l : lane) {
+        auto attempt = [&](auto&& step) {
             try {
-                l.stream.synchronize();
-                memory::deallocate(l.dev_in);
-                memory::deallocate(l.dev_out);
-                memory::deallocate_host(l.pin_in);
-                memory::deallocate_host(l.pin_out);
+                step();
             } catch (...) {
                 if (!first) first = std::current_exception();
             }
+        };
+        for (Lane& l : lane) {
+            // The pinned buffers wait for the lane's copies; a synchronize that reports a fault (its
+            // work has ended) still lets every buffer go back. Device frees are stream-ordered.
+            attempt([&] { l.stream.synchronize(); });
+            attempt([&] { memory::deallocate(l.dev_in); });
+            attempt([&] { memory::deallocate(l.dev_out); });
+            attempt([&] { memory::deallocate_host(l.pin_in); });
+            attempt([&] { memory::deallocate_host(l.pin_out); });
         }
         return first;
     };

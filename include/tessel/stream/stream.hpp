@@ -2,6 +2,8 @@
 // Event (timing or not), and the current stream of each device on each host thread.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,7 +22,7 @@ class Event;
 // How Stream::create makes a stream.
 struct StreamOptions {
     bool non_blocking = true;  // false: synchronises with the legacy default stream
-    int priority = 0;          // lower is higher priority (cudaDeviceGetStreamPriorityRange)
+    int priority = 0;          // lower is higher priority; clamped to cudaDeviceGetStreamPriorityRange, as CUDA does
 };
 
 namespace detail {
@@ -81,6 +83,12 @@ public:
     Stream() : Stream(default_stream(current_device())) {}
 
     static Stream create(StreamOptions o = {}, Device d = current_device()) {
+        {  // CUDA clamps the priority to the device's range; the Stream reports (and pools by) what CUDA applied
+            DeviceGuard g(d);
+            int least = 0, greatest = 0;
+            TESSEL_CUDA_CHECK(rt::api::cudaDeviceGetStreamPriorityRange(&least, &greatest));
+            o.priority = std::clamp(o.priority, greatest, least);
+        }
         rt::stream_t s = detail::StreamRecycler::instance().take(d, o);
         return Stream(std::shared_ptr<CUstream_st>(s, [d, o](rt::stream_t h) {
             detail::StreamRecycler::instance().give_back(h, d, o);
@@ -128,6 +136,24 @@ private:
     std::shared_ptr<CUstream_st> handle_;
     Device device_;
     int priority_ = 0;
+};
+
+// An operation's stream argument: a Stream, which names its device, or a raw handle, whose null
+// value is the default stream of the device the operation runs on. (A Stream passed as its handle
+// alone would lose its device: another device's default stream would pass for this device's.)
+class StreamArg {
+public:
+    StreamArg(rt::stream_t handle) noexcept : handle_(handle) {}
+    StreamArg(std::nullptr_t) noexcept {}
+    StreamArg(const Stream& s) noexcept : handle_(s.handle()), device_(s.device()) {}
+    operator rt::stream_t() const noexcept { return handle_; }
+    rt::stream_t handle() const noexcept { return handle_; }
+    // The Stream's device; none for a raw handle.
+    std::optional<Device> device() const noexcept { return device_; }
+
+private:
+    rt::stream_t handle_ = nullptr;
+    std::optional<Device> device_;
 };
 
 // A CUDA event: a point in a stream that other streams and the host can wait for, and time.
@@ -225,15 +251,19 @@ inline void set_current_stream(const Stream& s) {
 // belong to that device (CUDA would fail the launch with "invalid resource handle"; this names both
 // devices), or the device's current stream. A default-stream handle is that device's default stream.
 // The device's current stream passes without a driver call.
-inline rt::stream_t stream_for(const char* op, std::optional<rt::stream_t> chosen, Device device) {
+inline rt::stream_t stream_for(const char* op, std::optional<StreamArg> chosen, Device device) {
+    if (chosen && chosen->device())
+        require(*chosen->device() == device, op, ": stream ", static_cast<const void*>(chosen->handle()),
+                chosen->handle() ? "" : " (a default stream)", " belongs to device ", chosen->device()->index,
+                ", the tensors are on device ", device.index, "; pass a stream of device ", device.index, " (or none: its current stream)");
     const rt::stream_t current = current_stream_handle(device);
-    if (!chosen || *chosen == current) return current;
+    if (!chosen || chosen->handle() == current) return current;
     DeviceGuard guard(device);
-    const int owner = rt::stream_device(*chosen);
-    require(owner == device.index, op, ": stream ", static_cast<const void*>(*chosen), " belongs to device ", owner,
+    const int owner = rt::stream_device(chosen->handle());
+    require(owner == device.index, op, ": stream ", static_cast<const void*>(chosen->handle()), " belongs to device ", owner,
             ", the tensors are on device ", device.index, "; pass a stream of device ", device.index,
             " (or none: its current stream)");
-    return *chosen;
+    return chosen->handle();
 }
 
 // Makes `s` the current stream of its device for the guard's lifetime.

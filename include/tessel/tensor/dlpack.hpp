@@ -49,7 +49,8 @@ struct DlDtypeText {
     friend std::ostream& operator<<(std::ostream& os, const DlDtypeText& d) {
         const DLDataType t = d.t;
         // Codes after 0.6 as DLPack 1.x names them (bool 6, float8 7-14, float6 15-16, float4 17).
-        static constexpr const char* later[] = {"bool",          "float8_e3m4",     "float8_e4m3",    "float8_e4m3b11fnuz",
+        // (tessel's float8_e4m3 is DLPack's float8_e4m3fn; DLPack's float8_e4m3 has infinities.)
+        static constexpr const char* later[] = {"bool",          "float8_e3m4",     "float8_e4m3 (with infinities, not e4m3fn)", "float8_e4m3b11fnuz",
                                                 "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",    "float8_e5m2fnuz",
                                                 "float8_e8m0fnu", "float6_e2m3fn",  "float6_e3m2fn",  "float4_e2m1fn"};
         if (t.code == kDLInt || t.code == kDLUInt || t.code == kDLFloat || t.code == kDLBfloat || t.code == kDLComplex)

@@ -199,7 +199,10 @@ inline std::optional<Shape> view_strides(const Shape& sizes, const Shape& stride
             d == 0 || (sizes[d - 1] != 1 && checked_mul(tensor_numel, chunk_base) != strides[d - 1]);
         if (!chunk_ends) continue;
         while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
-            out[view_d] = mul_or_fail(view_numel, chunk_base, "view: a stride for shape ", new_sizes);
+            // A size-1 dim's stride is never used: where the product overflows (hand-made strides),
+            // any value does; a larger dim's stays within the tensor's extent.
+            const std::optional<std::int64_t> stride = checked_mul(view_numel, chunk_base);
+            out[view_d] = stride ? *stride : new_sizes[view_d] == 1 ? 1 : mul_or_fail(view_numel, chunk_base, "view: a stride for shape ", new_sizes);
             view_numel *= new_sizes[view_d];
             --view_d;
         }
@@ -367,8 +370,9 @@ struct Layout {
     Layout unsqueeze(int dim) const {
         const int d = detail::wrap_dim("unsqueeze", dim, rank() + 1, shape);
         Layout out = *this;
-        // A size-1 dim's stride is never used; PyTorch's choice keeps contiguous strides row-major.
-        out.strides.insert(d, d < rank() ? detail::mul_or_fail(shape[d], strides[d], "unsqueeze: ", *this) : 1);
+        // A size-1 dim's stride is never used; PyTorch's choice keeps contiguous strides row-major
+        // (and 1 where that product overflows, as hand-made strides can make it).
+        out.strides.insert(d, d < rank() ? detail::checked_mul(shape[d], strides[d]).value_or(1) : 1);
         out.shape.insert(d, 1);
         return out;
     }

@@ -20,12 +20,27 @@ namespace tessel::detail {
 inline std::pair<std::uintptr_t, std::uintptr_t> byte_range(const void* first, const Layout& l, std::size_t element_size) {
     const auto e = *l.extent();
     const auto base = reinterpret_cast<std::uintptr_t>(first) - std::uintptr_t(l.offset) * element_size;
-    return {base + std::uintptr_t(e.lowest) * element_size, base + std::uintptr_t(e.highest + 1) * element_size - 1};
+    // The last byte in unsigned arithmetic: highest may be INT64_MAX (from_blob's hand-made strides).
+    return {base + std::uintptr_t(e.lowest) * element_size, base + std::uintptr_t(e.highest) * element_size + (element_size - 1)};
 }
 
-// Whether distinct indices of `l` are distinct elements (no zero stride over a dim of size > 1, and
-// no two dims interleaved): the dims sorted by stride each step past everything the smaller ones reach.
-inline bool distinct_elements(const Layout& l) {
+// What two views' memory has in common (or one view's elements among themselves).
+enum class Sharing { none, some, unknown };
+// The verb for an error message: "overlap" ("overlaps" for one subject) or "may overlap" (the search ran out).
+inline const char* overlap_verb(Sharing s, bool one_subject = false) {
+    return s != Sharing::some ? "may overlap (too many candidates to rule it out)" : one_subject ? "overlaps" : "overlap";
+}
+
+// The most elements whose offsets repeated_elements lists to decide an interleaved layout.
+inline constexpr std::int64_t repeated_elements_listing_limit = std::int64_t(1) << 20;
+
+// Whether distinct indices of `l` reach one element: none for an empty layout, or when the dims
+// sorted by stride each step past everything the smaller ones reach (every view tessel's own
+// operations make); some for a zero stride over a dim of size > 1; otherwise (dims interleaved, as
+// from_blob or DLPack strides may be: shape [3, 2], strides [2, 3] reaches 0 3 2 5 4 7) by listing
+// the offsets of up to repeated_elements_listing_limit elements, and unknown beyond.
+inline Sharing repeated_elements(const Layout& l) {
+    if (l.numel() == 0) return Sharing::none;  // no elements, none repeated (whatever the strides)
     std::array<std::pair<std::int64_t, std::int64_t>, max_rank> dims;  // (|stride|, size)
     int n = 0;
     for (int d = 0; d < l.rank(); ++d)
@@ -33,19 +48,37 @@ inline bool distinct_elements(const Layout& l) {
     for (int k = 1; k < n; ++k)  // insertion sort of at most 8 (std::sort's 16-element insertion step trips g++'s -Warray-bounds)
         for (int j = k; j > 0 && dims[std::size_t(j)] < dims[std::size_t(j - 1)]; --j) std::swap(dims[std::size_t(j)], dims[std::size_t(j - 1)]);
     std::int64_t reach = 0;  // the largest offset the smaller dims reach
-    for (int k = 0; k < n; ++k) {
+    bool nested = true;
+    for (int k = 0; k < n && nested; ++k) {
         const auto [stride, size] = dims[std::size_t(k)];
-        if (stride <= reach) return false;
-        reach += stride * (size - 1);
+        if (stride == 0) return Sharing::some;
+        nested = stride > reach;
+        reach += stride * (size - 1);  // fits: the layout's extent was checked when it was made
     }
-    return true;
+    if (nested) return Sharing::none;
+    const std::int64_t count = l.numel();
+    if (count > repeated_elements_listing_limit) return Sharing::unknown;
+    std::vector<std::int64_t> offsets;
+    offsets.reserve(std::size_t(count));
+    std::array<std::int64_t, max_rank> idx{};
+    for (std::int64_t i = 0; i < count; ++i) {  // row-major; each offset relative to the first element
+        std::int64_t at = 0;
+        for (int d = 0; d < l.rank(); ++d) at += idx[std::size_t(d)] * l.strides[d];
+        offsets.push_back(at);
+        for (int d = l.rank() - 1; d >= 0; --d) {
+            if (++idx[std::size_t(d)] < l.shape[d]) break;
+            idx[std::size_t(d)] = 0;
+        }
+    }
+    std::sort(offsets.begin(), offsets.end());
+    return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end() ? Sharing::some : Sharing::none;
 }
-
-// What two views' memory has in common.
-enum class Sharing { none, some, unknown };
-// The verb for an error message: "overlap" ("overlaps" for one subject) or "may overlap" (the search ran out).
-inline const char* overlap_verb(Sharing s, bool one_subject = false) {
-    return s != Sharing::some ? "may overlap (too many candidates to rule it out)" : one_subject ? "overlaps" : "overlap";
+inline bool distinct_elements(const Layout& l) { return repeated_elements(l) == Sharing::none; }
+// How a refusal of `l` as a destination ends: that some elements repeat, or that it could not be ruled out.
+inline const char* repeated_elements_text(const Layout& l) {
+    return repeated_elements(l) == Sharing::unknown
+               ? "may reach some elements through more than one index (its dims interleave, and it has too many elements to rule it out)"
+               : "reaches some elements through more than one index";
 }
 
 // Whether two views of `shape` are the same elements: the same first element and the same strides

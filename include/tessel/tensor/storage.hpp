@@ -117,28 +117,44 @@ public:
     Device device() const { return device_; }
     bool on_device() const { return space_ == MemorySpace::device; }
 
-    // Where tessel last queued a write of this memory (its allocation stream at first): the stream
-    // and that stream's device. Readers on other streams or on the host (item(), to_vector(),
-    // copies) are ordered after it. Work the caller queues itself (a raw launch on t.data()) is the
-    // caller's to order, as in CUDA.
-    struct LastWrite {
+    // Work tessel queued on this memory that may not have finished, one entry per stream (and that
+    // stream's device): writes (the allocation stream's at first), and for host memory the reads of
+    // asynchronous copies, which a host write must not overtake. Readers on other streams or on the
+    // host (item(), to_vector(), copies) are ordered after every pending write, so two streams may
+    // each write part of one tensor concurrently; host writers wait for the reads too. Work the
+    // caller queues itself (a raw launch on t.data()) is the caller's to order, as in CUDA.
+    struct Pending {
         rt::stream_t stream = nullptr;
         Device device{};
-        bool queued = false;  // no write queued yet: nothing to wait for
-        std::uint64_t count = 0;  // writes noted so far
+        bool write = false;       // a write among this stream's accesses (else only reads)
+        std::uint64_t count = 0;  // the number of its latest access
     };
-    LastWrite last_write() const {
-        std::lock_guard lk(write_m_);
-        return last_write_;
+    // The pending writes (reads too when `reads`), as they stand now.
+    std::vector<Pending> pending(bool reads = false) const {
+        std::lock_guard lk(m_);
+        std::vector<Pending> out;
+        for (const Pending& p : pending_)
+            if (p.write || reads) out.push_back(p);
+        return out;
     }
-    void note_write(rt::stream_t stream, Device device) {
-        std::lock_guard lk(write_m_);
-        last_write_ = {stream, device, true, last_write_.count + 1};
+    void note_write(rt::stream_t stream, Device device) const { note(stream, device, true); }
+    // A queued read of host memory (an asynchronous copy from pinned memory).
+    void note_read(rt::stream_t stream, Device device) const { note(stream, device, false); }
+    // `stream` of `device` was made to wait for every write pending when `pending(false)` returned
+    // `count`: if that stream's next access is a write, the entries it waited for are behind it.
+    void ordered_after(rt::stream_t stream, Device device, std::uint64_t count) const {
+        std::lock_guard lk(m_);
+        ordered_ = {stream, device, true, count};
     }
-    // Forgets write number `count` once it is known to have landed, unless a newer one was noted since.
-    void landed(std::uint64_t count) const {
-        std::lock_guard lk(write_m_);
-        if (last_write_.count == count) last_write_.queued = false;
+    // The number of the latest access noted so far.
+    std::uint64_t accesses() const {
+        std::lock_guard lk(m_);
+        return count_;
+    }
+    // Forgets `p` once it is known to have finished, unless its stream has a newer access since.
+    void landed(const Pending& p) const {
+        std::lock_guard lk(m_);
+        std::erase_if(pending_, [&](const Pending& q) { return q.stream == p.stream && q.device == p.device && q.count == p.count; });
     }
 
 private:
@@ -147,19 +163,41 @@ private:
     MemorySpace space_;
     Device device_;
     Deleter deleter_;
-    mutable std::mutex write_m_;
-    mutable LastWrite last_write_;
+    void note(rt::stream_t stream, Device device, bool write) const {
+        std::lock_guard lk(m_);
+        // A write on a stream that has waited for every pending write (and nothing noted since)
+        // comes after them: only this stream's entry and the entries of reads need to stay.
+        if (write && ordered_.write && ordered_.count == count_ && ordered_.stream == stream && ordered_.device == device)
+            std::erase_if(pending_, [&](const Pending& q) { return q.write && !(q.stream == stream && q.device == device); });
+        ordered_ = {};
+        ++count_;
+        for (Pending& q : pending_)
+            if (q.stream == stream && q.device == device) {
+                q.write = q.write || write;
+                q.count = count_;
+                return;
+            }
+        pending_.push_back({stream, device, write, count_});
+    }
+
+    mutable std::mutex m_;  // the members below
+    mutable std::vector<Pending> pending_;
+    mutable Pending ordered_;  // see ordered_after (write: set)
+    mutable std::uint64_t count_ = 0;
 };
 
 namespace detail {
-// Returns once the last write tessel queued on `s` has landed (host reads of pinned memory).
-inline void host_wait_for_last_write(const Storage& s) {
-    const Storage::LastWrite w = s.last_write();
-    if (!w.queued) return;
-    DeviceGuard g(w.device);
-    rt::stream_synchronize(w.stream);
-    s.landed(w.count);
+// Returns once every write tessel queued on `s` has landed (host reads of pinned memory); with
+// `reads`, once the queued reads of it have finished too (host writes).
+inline void host_wait_for_last_write(const Storage& s, bool reads = false) {
+    for (const Storage::Pending& p : s.pending(reads)) {
+        DeviceGuard g(p.device);
+        rt::stream_synchronize(p.stream);
+        s.landed(p);
+    }
 }
+// Returns once nothing tessel queued reads or writes `s` (before the host writes it).
+inline void host_wait_for_access(const Storage& s) { host_wait_for_last_write(s, true); }
 
 // Makes work queued on `stream` of `device` after this call wait for everything queued so far on
 // `after` of `after_device`: one event recorded there and waited for here, no host wait. The event
@@ -185,15 +223,16 @@ inline void stream_wait_for(rt::stream_t stream, Device device, rt::stream_t aft
     rt::stream_wait_event(stream, events.per_device[d]);
 }
 
-// Makes work queued on `stream` of `device` after this call wait for the last write tessel queued on
-// `s` (on another stream, or another device's), through stream_wait_for. The default stream is
-// nullptr on every device, so streams are told apart by handle and device. Host memory (pinned)
-// written by a queued copy is waited for on the host.
+// Makes work queued on `stream` of `device` after this call wait for every write tessel queued on
+// `s` that may be pending (on other streams, or other devices'), through stream_wait_for. The
+// default stream is nullptr on every device, so streams are told apart by handle and device. Host
+// memory (pinned) written by a queued copy is waited for on the host.
 inline void order_after_last_write(const Storage& s, rt::stream_t stream, Device device) {
-    const Storage::LastWrite w = s.last_write();
-    if (!w.queued || (w.stream == stream && w.device == device)) return;
     if (is_plain_host(s.space())) return host_wait_for_last_write(s);  // read by the host or a copy
-    stream_wait_for(stream, device, w.stream, w.device);
+    const std::uint64_t count = s.accesses();
+    for (const Storage::Pending& p : s.pending())
+        if (!(p.stream == stream && p.device == device)) stream_wait_for(stream, device, p.stream, p.device);
+    s.ordered_after(stream, device, count);
 }
 }  // namespace detail
 

@@ -40,7 +40,7 @@ class Assignment;
 struct TensorOptions {
     MemorySpace space = MemorySpace::device;
     std::optional<Device> device = {};        // default: the current device
-    std::optional<rt::stream_t> stream = {};  // default: the current stream of that device
+    std::optional<StreamArg> stream = {};     // default: the current stream of that device
     // Copies (to, clone) involving host, pinned or managed memory return once queued instead of
     // once done: synchronise the stream before reading a host result. Only contiguous copies
     // involving device or pinned memory can be asynchronous; others complete before returning.
@@ -119,12 +119,13 @@ public:
     // A view with another shape; throws InvalidArgument when the strides make that impossible.
     Tensor view(const Shape& s) const { return with(layout_.view_or_throw(s)); }
     // view() when possible, otherwise a contiguous copy with the new shape (so it may copy).
-    Tensor reshape(const Shape& s, std::optional<rt::stream_t> stream = std::nullopt) const {
+    Tensor reshape(const Shape& s, std::optional<StreamArg> stream = std::nullopt) const {
         std::optional<Layout> v;
         try {
             v = layout_.view(s);
         } catch (const InvalidArgument& e) {  // the shape itself is wrong: say so as reshape
-            fail<InvalidArgument>("reshape", std::string(e.what()).substr(std::string_view(e.what()).starts_with("view") ? 4 : 0));
+            const std::string_view what = e.what();
+            fail<InvalidArgument>(what.starts_with("view") ? "reshape" + std::string(what.substr(4)) : "reshape: " + std::string(what));
         }
         if (v) return with(*v);
         return contiguous(stream).view(s);
@@ -136,7 +137,7 @@ public:
     // the last write to `src`. Asynchronous when both sides are tessel's device or pinned memory
     // (their use is recorded for the stream); otherwise (managed, pageable or foreign memory) it
     // returns once done. Returns *this.
-    const Tensor& copy_(const Tensor& src, std::optional<rt::stream_t> stream = std::nullopt) const;
+    const Tensor& copy_(const Tensor& src, std::optional<StreamArg> stream = std::nullopt) const;
     // The same data in new contiguous memory in `o.space` (on `o.device`), ordered on `o.stream`.
     // Without o.device: a device or managed tensor's own device; from host or pinned memory onto a
     // device, the current device (as torch's .to("cuda")).
@@ -144,11 +145,11 @@ public:
     Tensor to(MemorySpace space) const { return to(TensorOptions{.space = space}); }
     Tensor to_host() const { return to(MemorySpace::host); }
     // A copy in new memory of the same space, on `stream` (default: the current stream).
-    Tensor clone(std::optional<rt::stream_t> stream = std::nullopt) const {
+    Tensor clone(std::optional<StreamArg> stream = std::nullopt) const {
         return to(TensorOptions{.space = space(), .device = device(), .stream = stream});
     }
     // This tensor if it is contiguous, else a contiguous copy in the same memory space.
-    Tensor contiguous(std::optional<rt::stream_t> stream = std::nullopt) const { return is_contiguous() ? *this : clone(stream); }
+    Tensor contiguous(std::optional<StreamArg> stream = std::nullopt) const { return is_contiguous() ? *this : clone(stream); }
     // The values as another element type (a new tensor in the same space): t.to<float>().
     template <Element U>
     Tensor<U> to_dtype() const;
@@ -184,8 +185,9 @@ public:
             ++d;
         }
         // Pinned memory a queued copy is filling (pinned.copy_(device_tensor) returns once queued) is
-        // read only after it landed, as item() and to_vector() do.
-        if (space() == MemorySpace::pinned) detail::host_wait_for_last_write(*storage_);
+        // read only after it landed, as item() and to_vector() do; the element may be written, so
+        // a queued copy still reading it (device.copy_(pinned)) finishes first too.
+        if (space() == MemorySpace::pinned) detail::host_wait_for_access(*storage_);
         return static_cast<T*>(need().data())[layout_.offset_of(std::span<const std::int64_t>(at.data(), index.size()))];
     }
     // The single value of a one-element tensor (copied to the host if needed).
@@ -304,9 +306,18 @@ Tensor<T> full(const Shape& shape, T value, TensorOptions o = {}) {
         if (t.numel() > 0) fill(t.data(), std::size_t(t.numel()), sizeof(T), bits, o.resolved_stream(), t.device());
         return t;
     }
-    detail::HostArray<T> h(static_cast<std::size_t>(Layout::contiguous(shape).numel()));
+    Tensor<T> t = empty<T>(shape, o);  // the size checked (tessel's errors) before anything is filled
+    if (is_plain_host(o.space)) {  // in place: no staging array of the same size
+        std::fill(t.data(), t.data() + t.numel(), value);
+        return t;
+    }
+    detail::HostArray<T> h(static_cast<std::size_t>(t.numel()));  // no fill kernel in this program
     std::fill(h.data(), h.data() + h.n, value);
-    return from_host<T>(h.span(), shape, o);
+    if (h.n) {
+        DeviceGuard g(t.device());  // a null stream is the tensor's device's default stream
+        rt::memcpy_async(t.data(), h.data(), h.n * sizeof(T), o.resolved_stream());  // pageable: returns after reading
+    }
+    return t;
 }
 template <Element T>
 Tensor<T> ones(const Shape& shape, TensorOptions o = {}) {
@@ -357,15 +368,26 @@ Tensor<T> arange(double start, double stop, double step = 1.0, TensorOptions o =
         if (n > 0) fill(t.data(), dtype_of<T>, std::size_t(n), start, step, o.resolved_stream(), t.device());
         return t;
     }
-    detail::HostArray<T> h(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));  // n >= 0: said for g++'s -Walloc-size-larger-than
-    // Rounded once, or in integers, as the kernel.
-    if constexpr (std::is_same_v<T, std::int64_t>)
-        if (detail::arange_in_integers(start, step)) {
-            for (std::int64_t i = 0; i < n; ++i) h.data()[i] = detail::arange_integer(std::uint64_t(i), start, step);
-            return from_host<T>(h.span(), Shape{n}, o);
-        }
-    for (std::int64_t i = 0; i < n; ++i) h.data()[i] = convert<T>(std::fma(double(i), step, start));
-    return from_host<T>(h.span(), Shape{n}, o);
+    // On the host: in place for host memory (the size checked by empty first), else staged (no
+    // arange kernel in this program). Rounded once, or in integers, as the kernel.
+    Tensor<T> t = empty<T>(Shape{n}, o);
+    detail::HostArray<T> staged(is_plain_host(o.space) ? 0 : static_cast<std::size_t>(n));
+    T* const h = is_plain_host(o.space) ? t.data() : staged.data();
+    bool in_integers = false;
+    if constexpr (std::is_same_v<T, std::int64_t>) in_integers = detail::arange_in_integers(start, step);
+    for (std::int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            if (in_integers) {
+                h[i] = detail::arange_integer(std::uint64_t(i), start, step);
+                continue;
+            }
+        h[i] = convert<T>(std::fma(double(i), step, start));
+    }
+    if (!is_plain_host(o.space) && n > 0) {
+        DeviceGuard g(t.device());
+        rt::memcpy_async(t.data(), staged.data(), staged.n * sizeof(T), o.resolved_stream());  // pageable: returns after reading
+    }
+    return t;
 }
 
 // arange of integer numbers: int64 bounds beyond 2^53 are no doubles (arange<int64_t>(2^53 + 1,
@@ -470,6 +492,7 @@ void copy_to_contiguous_now(const Tensor<T>& src, T* dst_data, const Storage& ds
                                       record_use(dst, stream, stream_device);
         rt::memcpy_async(dst_data, src.data(), std::size_t(n) * sizeof(T), stream);
         if (!may_return_early) rt::stream_synchronize(stream);
+        else if (src_host) src.storage()->note_read(stream, stream_device);  // a host write to it waits for the copy
         return;
     }
     if (const DeviceGatherFn gather = device_gather.load(); gather && !src_host && !dst_host && src.device() == stream_device &&
@@ -560,13 +583,13 @@ void scatter_on_host(const T* in, T* base, const Layout& l) {
 }  // namespace detail
 
 template <Element T>
-const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t> stream_opt) const {
+const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<StreamArg> stream_opt) const {
     require(defined(), "copy_: the destination is an undefined (default-constructed) tensor");
     require(src.defined(), "copy_: the source is an undefined (default-constructed) tensor");
     require(src.shape() == shape(), "copy_: the source has shape ", src.shape(), " but the destination ",
             shape(), " (copy_ does not broadcast; use (dst = src.expand(...)).run(stream) on the device)");
-    require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape(), ", strides ",
-            strides(), ") repeats elements (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
+    require(detail::distinct_elements(layout_), "copy_: the destination (shape ", shape(), ", strides ", strides(), ") ",
+            detail::repeated_elements_text(layout_), " (a broadcast or overlapping view); copy into a tensor whose elements are distinct");
     if (numel() == 0) return *this;
     if (detail::same_elements(data(), strides(), src.data(), src.strides(), shape())) return *this;  // a view onto itself: nothing changes
     const auto sharing = detail::memory_sharing(data(), layout_, sizeof(T), src.data(), src.layout(), sizeof(T));
@@ -576,19 +599,18 @@ const Tensor<T>& Tensor<T>::copy_(const Tensor& src, std::optional<rt::stream_t>
     const bool dst_host = is_plain_host(space()), src_host = is_plain_host(src.space());
     if (dst_host && src_host) {  // host to host: after any copy still landing in either
         detail::host_wait_for_last_write(*src.storage());
-        detail::host_wait_for_last_write(*storage_);
+        detail::host_wait_for_access(*storage_);  // a queued copy may still read the destination
         if (is_contiguous()) detail::copy_to_contiguous(src, data(), *storage_, nullptr, Device{}, false);
         else detail::scatter_on_host(src.contiguous().data(), static_cast<T*>(storage_->data()), layout_);
         return *this;
     }
     const Device device = !dst_host ? this->device() : src.device();
-    if (stream_opt && *stream_opt)
-        require(rt::stream_device(*stream_opt) == device.index, "copy_: the stream belongs to device ", rt::stream_device(*stream_opt),
-                " but the copy runs on device ", device.index, " (the destination's device, or the source's for a host destination)");
     DeviceGuard guard(device);  // a null stream is this device's default stream
-    const rt::stream_t stream = stream_opt ? *stream_opt : current_stream(device).handle();
+    // On the destination's device, or the source's for a host destination.
+    const rt::stream_t stream = stream_for("copy_", stream_opt, device);
     detail::order_after_last_write(*src.storage(), stream, device);
     detail::order_after_last_write(*storage_, stream, device);  // earlier writes to the destination land first
+    if (dst_host) detail::host_wait_for_access(*storage_);    // and copies still reading a host destination finish
     if (is_contiguous()) {
         detail::copy_to_contiguous(src, data(), *storage_, stream, device, /*non_blocking=*/true);
     } else if (const detail::DeviceScatterFn scatter = detail::device_scatter.load(); scatter && !dst_host) {
