@@ -70,6 +70,7 @@ using ::cudaSetDevice;
 using ::cudaStreamCreateWithPriority;
 using ::cudaStreamDestroy;
 using ::cudaStreamGetDevice;
+using ::cudaStreamGetPriority;
 using ::cudaStreamQuery;
 using ::cudaStreamSynchronize;
 using ::cudaStreamWaitEvent;
