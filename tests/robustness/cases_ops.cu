@@ -491,6 +491,12 @@ BAD("quantize", "a channel's zero point outside int8", Expect::invalid_argument,
 
 // ---- streams ------------------------------------------------------------------------------------
 #if defined(TESSEL_BACKEND_SIM)
+BAD("streams", "cudaStreamPerThread to an operation", Expect::invalid_argument, "cudaStreamPerThread names a different stream") {
+    (void)dev({3}).clone(cudaStreamPerThread);
+};
+BAD("streams", "cudaStreamPerThread to memory::allocate", Expect::invalid_argument, "cudaStreamPerThread names a different stream") {
+    memory::deallocate(memory::allocate(64, cudaStreamPerThread));
+};
 BAD("streams", "record_stream with a bogus stream", Expect::cuda_error, "not a live stream") {
     const auto t = dev({4});
     memory::record_stream(t.data(), bogus_stream());
