@@ -412,13 +412,14 @@ private:
             }
             (void)nccl::api::ncclCommAbort(comm);
         }
+        bool is_aborted() {
+            std::lock_guard lk(m);
+            return aborted;
+        }
         // ncclCommGetAsyncError, unless the watchdog aborted (and so freed) the communicator: false then.
         bool async_error(nccl::api::ncclResult_t& r) {
             std::lock_guard calls(nccl_calls);
-            {
-                std::lock_guard lk(m);
-                if (aborted) return false;
-            }
+            if (is_aborted()) return false;
             nccl::check(nccl::api::ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", comm);
             return true;
         }
@@ -591,12 +592,7 @@ private:
     template <class F>
     nccl::api::ncclResult_t locked_call(F&& call) const {
         std::unique_lock calls(s_->nccl_calls);
-        bool aborted = false;
-        {
-            std::lock_guard lk(s_->m);
-            aborted = s_->aborted;
-        }
-        if (!aborted) return call();
+        if (!s_->is_aborted()) return call();
         calls.unlock();
         s_->check();  // throws the abort's reason
         return call();  // not reached
@@ -608,12 +604,7 @@ private:
         if (r == nccl::api::ncclResult_t(0)) return;
         {
             std::lock_guard calls(s_->nccl_calls);
-            bool aborted = false;
-            {
-                std::lock_guard lk(s_->m);
-                aborted = s_->aborted;
-            }
-            if (!aborted) nccl::check(r, call, s_->comm);
+            if (!s_->is_aborted()) nccl::check(r, call, s_->comm);
         }
         s_->check(call);
     }
