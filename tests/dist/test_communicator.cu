@@ -38,6 +38,14 @@ namespace {
 
 constexpr std::int64_t count = 1003;
 
+// Waits for a stream whose queued work may or may not have failed (an aborted NCCL call's kernel).
+void try_synchronize(const tessel::Stream& s) {
+    try {
+        s.synchronize();
+    } catch (const tessel::Error&) {
+    }
+}
+
 // Rank r's data (tests/dist/collective_checks.hpp): small integers, distinct per rank and element.
 template <class T>
 std::vector<T> values(int rank, std::int64_t n, int salt = 0) {
@@ -761,7 +769,10 @@ TEST_CASE("a group whose counterpart never comes times out like a single call (t
         }
     }
     CHECK_THAT(what, Catch::Contains("send on rank 0 did not complete within 300 ms"));
-    CHECK_THROWS_AS(s0.synchronize(), tessel::Error);  // the aborted send is the stream's error
+    // The sim reports the aborted send as the stream's error; NCCL's kernel just ends (its docs say
+    // only that an abort ends uncompleted operations): either way the stream is done.
+    if (tessel::backend == tessel::Backend::sim) CHECK_THROWS_AS(s0.synchronize(), tessel::Error);
+    else try_synchronize(s0);
 }
 
 TEST_CASE("a timeout must be positive and at most a day: milliseconds::max() is refused, naming it", "[dist]") {
@@ -866,7 +877,8 @@ TEST_CASE("destroying a communicator with a collective pending ends within the t
     }).detach();  // detached: a hang fails the check below instead of blocking the test run
     REQUIRE(finished.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
-    CHECK_THROWS_AS(s0.synchronize(), tessel::Error);  // the aborted collective is the stream's error
+    if (tessel::backend == tessel::Backend::sim) CHECK_THROWS_AS(s0.synchronize(), tessel::Error);  // the sim: the aborted collective is the stream's error
+    else try_synchronize(s0);                                                         // NCCL: its kernel ends
 }
 
 TEST_CASE("TESSEL_DIST_DEBUG with one thread driving every rank in dist::group: the documented pattern works", "[.dist4]") {

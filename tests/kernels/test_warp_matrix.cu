@@ -274,6 +274,28 @@ TEST_CASE("tf32 operands: cvt.rna rounds to 10 mantissa bits and mma reads no lo
     for (float v : d.download()) CHECK(v == 8.0f);
 }
 
+TEST_CASE("tf32 cvt.rna keeps infinities and NaNs unrounded but truncated to tf32's bits", "[kernels][ptx]") {
+    if (tessel::device_count() == 0) return;
+    // As ptxas compiles cvt.rna.tf32.f32 for sm_90: no rounding add for |x| >= inf, the mask on
+    // every input, so a NaN whose payload lies only in the 13 low bits becomes an infinity.
+    const std::vector<std::uint32_t> x = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                          0xff801fffu, 0x7fffffffu, 0x7f7fffffu, 0x00800000u};
+    const std::vector<std::uint32_t> want = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800000u,
+                                             0xff800000u, 0x7fffe000u, 0x7f800000u, 0x00800000u};
+    std::vector<float> xf(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) xf[i] = std::bit_cast<float>(x[i]);
+    DeviceArray<float> in(xf);
+    DeviceArray<std::uint32_t> bits(32);
+    DeviceArray<float> d(128);
+    bits.poison();
+    tessel::launch(tf32_rounding, 1, 32, 0, nullptr, in.data(), bits.data(), d.data());
+    const auto b = bits.download();
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        INFO("x = 0x" << std::hex << x[i] << ", got 0x" << b[i] << ", want 0x" << want[i]);
+        CHECK(b[i] == want[i]);  // FLT_MAX rounds up to the infinity (ties away, carry into the exponent)
+    }
+}
+
 namespace {
 
 // Lanes 8j..8j+7 point at rows perm[8j..8j+7] of a 32 x 8 table of 16-bit values in shared

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -584,3 +585,41 @@ TEST_CASE("cuBLAS handles reduce in the compute type, never in a 16-bit output t
     CHECK((unsigned(mode) & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) != 0);
     CHECK((unsigned(mode) & CUBLAS_TF32_TENSOR_OP_MATH) == 0);  // TF32 only by a call's compute type (allow_tf32)
 }
+
+#if defined(TESSEL_BACKEND_SIM)  // the stand-in's own check
+TEST_CASE("the sim's cuBLAS runs only with its handle's device current, as CUDA launches kernels", "[.multidevice]") {
+    // cuBLAS works on the device current at cublasCreate and launches into its stream; CUDA refuses a
+    // launch into a stream of another device, and a null stream would be the wrong device's default
+    // stream. The stand-in refuses both, so a tessel call that does not switch devices fails in CI.
+    REQUIRE(tessel::device_count() >= 2);
+    REQUIRE(tessel::current_device() == tessel::Device{0});
+    std::optional<tessel::cublas::Handle> h;
+    void* mem = nullptr;
+    {
+        tessel::DeviceGuard on(tessel::Device{1});
+        h.emplace();
+        mem = tessel::rt::malloc_device(3 * sizeof(double));
+        const double init[3] = {3, 5, -1};
+        tessel::rt::memcpy(mem, init, sizeof init);
+    }
+    const double alpha = 1, beta = 0;
+    const auto gemm = [&] {
+        return tessel::cublas::api::cublasGemmStridedBatchedEx(h->get(), CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &alpha, mem, CUDA_R_64F, 1, 0,
+                                                               static_cast<char*>(mem) + 8, CUDA_R_64F, 1, 0, &beta,
+                                                               static_cast<char*>(mem) + 16, CUDA_R_64F, 1, 0, 1, CUBLAS_COMPUTE_64F,
+                                                               CUBLAS_GEMM_DEFAULT);
+    };
+    CHECK(gemm() == CUBLAS_STATUS_EXECUTION_FAILED);  // device 0 current
+    CHECK_THAT(tessel::sim::api::last_error_detail(), Catch::Contains("a handle of device 1") && Catch::Contains("device 0 is current"));
+    (void)tessel::rt::api::cudaGetLastError();
+    {
+        tessel::DeviceGuard on(tessel::Device{1});
+        CHECK(gemm() == CUBLAS_STATUS_SUCCESS);
+        double out[3] = {};
+        tessel::rt::memcpy(out, mem, sizeof out);
+        CHECK(out[2] == 15.0);  // written only by the call made on its device
+        h.reset();
+        tessel::rt::free_device(mem);
+    }
+}
+#endif  // TESSEL_BACKEND_SIM

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <random>
+#include <span>
 
 #include "../support/device_array.hpp"
 #include "../support/random_tensor.hpp"
@@ -564,4 +566,61 @@ TEST_CASE("a 16-bit product on cuBLASLt may not reduce split-K parts in its outp
 #if defined(TESSEL_BACKEND_SIM)
     CHECK(tessel::sim::cublaslt::reduction_scheme_mask(tessel::cublaslt::handle(tessel::Device{0})) == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
 #endif
+}
+
+namespace {
+template <class T>
+void check_on_device_one(MatmulPolicy p, tessel::Stream* stream) {
+    const std::int64_t m = 33, k = 17, n = 9;
+    std::mt19937 rng(61);
+    std::vector<T> av(static_cast<std::size_t>(m * k)), bv(static_cast<std::size_t>(k * n));
+    std::vector<double> ad(av.size()), bd(bv.size());
+    for (std::size_t i = 0; i < av.size(); ++i) av[i] = tessel::testing::from_double<T>(ad[i] = std::uniform_int_distribution<int>(-4, 4)(rng));
+    for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = tessel::testing::from_double<T>(bd[i] = std::uniform_int_distribution<int>(-4, 4)(rng));
+    const tessel::TensorOptions on_one{.device = tessel::Device{1}};
+    const auto a = tessel::from_host<T>(std::span<const T>(av), Shape{m, k}, on_one), b = tessel::from_host<T>(std::span<const T>(bv), Shape{k, n}, on_one);
+    MatmulOptions o{.policy = p};
+    if (stream) o.stream = *stream;
+    const Tensor<T> c = tessel::matmul(a, b, o);
+    CHECK(c.device() == tessel::Device{1});
+    CHECK(tessel::current_device() == tessel::Device{0});
+    const auto got = c.to_vector();
+    std::size_t wrong = 0;
+    for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (std::int64_t q = 0; q < k; ++q) s += ad[std::size_t(i * k + q)] * bd[std::size_t(q * n + j)];
+            wrong += tessel::testing::to_double(got[std::size_t(i * n + j)]) != s;  // integer values up to 272: exact in every type
+        }
+    CHECK(wrong == 0);
+}
+}  // namespace
+
+TEST_CASE("matmul of another device's tensors runs on that device, on every path", "[.multidevice]") {
+    REQUIRE(tessel::device_count() >= 2);
+    // cuBLAS, cuBLASLt and the kernels run on the current device (a null stream is its default
+    // stream): device-1 operands with device 0 current must switch devices for the call, or the
+    // product races device 1's work on device 0's stream (the sim refuses a library launch into
+    // another device's stream, as CUDA refuses a kernel launch).
+    REQUIRE(tessel::current_device() == tessel::Device{0});
+    tessel::Stream s1 = [] {
+        tessel::DeviceGuard on(tessel::Device{1});
+        return tessel::Stream::create();
+    }();
+    for (MatmulPolicy p : policies) {
+        for (tessel::Stream* s : {static_cast<tessel::Stream*>(nullptr), &s1}) {
+            INFO(tessel::policy_name(p) << (s ? ", a stream of device 1" : ", device 1's default stream"));
+            check_on_device_one<double>(p, s);         // cuBLAS on the library path
+            check_on_device_one<float>(p, s);          // cuBLAS (no TF32)
+            check_on_device_one<__nv_bfloat16>(p, s);  // cuBLASLt
+        }
+    }
+    // The other multidevice tests start from devices with nothing cached: the libraries' workspaces
+    // for device 1's streams go back, then the cache.
+    tessel::cublas::release_workspaces();
+    for (int d : {0, 1}) {
+        tessel::DeviceGuard on(tessel::Device{d});
+        tessel::rt::device_synchronize();
+        tessel::memory::empty_cache();
+    }
 }

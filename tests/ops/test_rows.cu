@@ -224,6 +224,12 @@ TEST_CASE("rows over 48 KiB and cluster rows run on every device", "[.multidevic
             compare(softmax(x), softmax_ref(xv, cols, false), 1e-30, 1e-5, "softmax");
         }
     }
+    {
+        DeviceGuard guard(Device{1});
+        const auto x = zeros<float>({2, 5});
+        const auto w = zeros<float>({5}, {.device = Device{2}});
+        CHECK_THROWS_WITH(layer_norm(x, w), Catch::Contains("layer_norm: weight is on device 2 and the input on device 1"));
+    }
     for (int d : {0, 1, 2}) {  // the other multidevice tests start from devices with nothing cached
         DeviceGuard guard(Device{d});
         rt::device_synchronize();

@@ -242,12 +242,12 @@ DEFINED("rows", "softmax of a scalar is 1 (torch's)") { expect(softmax(full<floa
 BAD("rows", "softmax of a scalar along axis 1", Expect::invalid_argument, "out of range for a 0-d tensor") {
     (void)softmax(dev({}), 1);
 };
-BAD("rows", "softmax of a host tensor", Expect::invalid_argument, "host memory") { (void)softmax(host({3})); };
+BAD("rows", "softmax of a host tensor", Expect::invalid_argument, "softmax: the input (float32 [3]) is in host memory") { (void)softmax(host({3})); };
 BAD("rows", "log_softmax of an undefined tensor", Expect::invalid_argument, "undefined") { (void)log_softmax(Tensor<float>{}); };
 BAD("rows", "layer_norm weight of the wrong size", Expect::invalid_argument, "weight") {
     (void)layer_norm(dev({3, 4}), dev({5}));
 };
-BAD("rows", "layer_norm bias on the host", Expect::invalid_argument, "bias") { (void)layer_norm(dev({3, 4}), dev({4}), host({4})); };
+BAD("rows", "layer_norm bias on the host", Expect::invalid_argument, "layer_norm: bias is in host memory; it must be in device memory on the input's device 0") { (void)layer_norm(dev({3, 4}), dev({4}), host({4})); };
 BAD("rows", "rms_norm of a scalar", Expect::invalid_argument, "rms_norm") { (void)rms_norm(dev({})); };
 BAD("rows", "layer_norm with a negative eps", Expect::invalid_argument, "eps") { (void)layer_norm(dev({3, 4}), {}, {}, -1.0); };
 #if defined(TESSEL_BACKEND_SIM)

@@ -121,6 +121,7 @@ TEST_CASE("a stream or event not yet ready leaves no error behind for the next l
     CHECK(event_busy_seen);
 }
 
+#if defined(TESSEL_BACKEND_SIM)  // a device fault is sticky on CUDA: it would end every later test
 namespace {
 __global__ void half_of_or_fault(const int* in, float* out, int n) {
     if (blockIdx.x == 0 && threadIdx.x == 0) throw std::runtime_error("deliberate fault in a pipeline step");
@@ -146,6 +147,8 @@ TEST_CASE("an overlap pipeline whose step faults gives every buffer back", "[str
     CHECK(tessel::memory::stats().allocation[0].current == device_before);
     CHECK(tessel::memory::host_stats().allocation.current == host_before);
 }
+
+#endif  // TESSEL_BACKEND_SIM
 
 TEST_CASE("a stream's priority is the one CUDA applies, clamped to the device's range", "[stream]") {
     int least = 0, greatest = 0;
@@ -210,6 +213,7 @@ TEST_CASE("a Stream of another device keeps its device through record_stream, re
     CHECK(x.clone(tessel::Stream::default_stream(tessel::Device{0})).to_vector() == std::vector<float>(4, 1.f));
 }
 
+#if defined(TESSEL_BACKEND_SIM)  // the fault is sticky on CUDA
 TEST_CASE("memory::empty_cache empties every device's cache, then reports one device's fault", "[.multidevice]") {
     REQUIRE(tessel::device_count() >= 2);
     void* a = tessel::memory::allocate(1 << 20);
@@ -224,3 +228,4 @@ TEST_CASE("memory::empty_cache empties every device's cache, then reports one de
     CHECK(tessel::memory::reserved(tessel::Device{0}) == 0);
     CHECK(tessel::memory::reserved(tessel::Device{1}) == 0);
 }
+#endif  // TESSEL_BACKEND_SIM

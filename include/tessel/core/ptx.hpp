@@ -50,12 +50,12 @@ namespace tessel::ptx {
 #endif
 
 // m16n8k16, A 16x16 row-major bf16 (two elements per register), B 16x8 column-major bf16, C and D
-// 16x8 fp32. Lane layouts: PTX ISA 9.7.14.5.9.
+// 16x8 fp32. Lane layouts: PTX ISA 9.7.14.5.8.
 TESSEL_PTX_MMA_F32(mma_m16n8k16_bf16, bf16_k16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
 // The same for fp16 inputs.
 TESSEL_PTX_MMA_F32(mma_m16n8k16_f16, f16_k16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
 // m16n8k8 with tf32 inputs (A 16x8, B 8x8, one element per register; the 13 low mantissa bits are
-// not read: round with cvt_rna_tf32 first). Lane layouts: PTX ISA 9.7.14.5.8.
+// not read: round with cvt_rna_tf32 first). Lane layouts: PTX ISA 9.7.14.5.7.
 TESSEL_PTX_MMA_F32(mma_m16n8k8_tf32, tf32_k8, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
 #undef TESSEL_PTX_MMA_F32
 
@@ -86,10 +86,10 @@ __device__ __forceinline__ std::uint32_t cvt_rna_tf32(float x) {
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
     return r;
 #else
-    // No cvt.rna.tf32 before sm_80: the same rounding on the bits (infinity and NaN kept).
+    // No cvt.rna.tf32 before sm_80: the same rounding on the bits (infinity and NaN truncated only).
     std::uint32_t u;
     std::memcpy(&u, &x, sizeof u);
-    return (u & 0x7f800000u) == 0x7f800000u ? u : (u + 0x1000u) & 0xffffe000u;
+    return ((u & 0x7f800000u) == 0x7f800000u ? u : u + 0x1000u) & 0xffffe000u;
 #endif
 }
 

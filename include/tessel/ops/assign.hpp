@@ -285,6 +285,12 @@ ops::Assignment<T, E> Tensor<T>::operator=(const E& expr) {
 }
 
 template <Element T>
+template <Element U>
+ops::Assignment<T, ops::TensorRef<U>> Tensor<T>::operator=(const Tensor<U>& source) && {
+    return ops::Assignment<T, ops::TensorRef<U>>(*this, ops::TensorRef<U>(source));
+}
+
+template <Element T>
 template <class E>
     requires std::is_base_of_v<Expression<E>, E>
 Tensor<T>::Tensor(const E& expr) {

@@ -303,6 +303,19 @@ struct Unary<CastTo<T>, E> : Expression<Unary<CastTo<T>, E>> {
     }
 };
 
+// An operand's value (in its own compute type) as an operation of common element type `Common`
+// takes it, in `Compute`. Where Common is a reduced float (computed in float) and the operand's
+// element type `Own` is another type, the value is first rounded to Common, as torch converts every
+// input to the common dtype: an int32 257 meets a bf16 tensor as 256. A C++ number (a weak type)
+// joins unrounded, in the compute type, as torch's opmath scalars do.
+template <class Compute, class Common, class Own, class X>
+__host__ __device__ Compute as_operand(X x) {
+    if constexpr (!std::is_same_v<compute_t<Common>, Common> && !std::is_same_v<Own, Common> &&
+                  !std::is_same_v<Own, weak_float> && !std::is_same_v<Own, weak_int> && !std::is_same_v<Compute, bool>)
+        return cast<Compute>(cast<Common>(x));
+    else return cast<Compute>(x);
+}
+
 // op(left, right), broadcasting.
 template <class Op, class L, class R>
 struct Binary : Expression<Binary<Op, L, R>> {
@@ -330,8 +343,13 @@ struct Binary : Expression<Binary<Op, L, R>> {
     __host__ __device__ auto eval(const Idx& idx) const {
         const auto a = left.eval(idx);
         const auto b = right.eval(idx);
+        using common_t = promote_t<typename L::dtype, typename R::dtype>;
         return apply_lanes<compute_t<dtype>, Idx>(
-            [this](auto x, auto y) { return op(cast<operand_t>(x), cast<operand_t>(y)); }, a, b);
+            [this](auto x, auto y) {
+                return op(as_operand<operand_t, common_t, typename L::dtype>(x),
+                          as_operand<operand_t, common_t, typename R::dtype>(y));
+            },
+            a, b);
     }
 };
 
@@ -368,7 +386,11 @@ struct Where : Expression<Where<Cond, A, B>> {
         const auto x = a.eval(idx);
         const auto y = b.eval(idx);
         return apply_lanes<value_t, Idx>(
-            [](auto k, auto p, auto q) { return cast<bool>(k) ? cast<value_t>(p) : cast<value_t>(q); }, c, x, y);
+            [](auto k, auto p, auto q) {
+                return cast<bool>(k) ? as_operand<value_t, dtype, typename A::dtype>(p)
+                                     : as_operand<value_t, dtype, typename B::dtype>(q);
+            },
+            c, x, y);
     }
 };
 

@@ -219,6 +219,8 @@ void library_gemm(Device device, rt::stream_t stream, const MatrixArg& a, const 
                         : compute == CUBLAS_COMPUTE_32I ? static_cast<const void*>(&alpha_i) : &alpha32;
     const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64)
                        : compute == CUBLAS_COMPUTE_32I ? static_cast<const void*>(&beta_i) : &beta32;
+    // cuBLAS runs on the current device (a null stream is its default stream): the operands' device.
+    const DeviceGuard on(device);
     cublasHandle_t h = cublas::handle(device, stream);
     cublas::check(cublas::api::cublasGemmStridedBatchedEx(
                       h, p.op_first, p.op_second, p.m, p.n, p.k, alpha, p.first->data, blas_type<T>(), p.ld_first, p.first->batch_stride,
@@ -606,6 +608,7 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
             bool scales_prior = false;
             if constexpr (epilogue_t<T, Out>::scaled) scales_prior = epi.beta != Acc(0) && (epi.row_scale || epi.col_scale);
             const bool in_place = std::is_same_v<Out, Product> && !zero_k && !scales_prior;
+            DeviceGuard guard(device);  // the memset below and the epilogue launch go to `stream` of this device
             Tensor<Product> product;
             MatrixArg mp = mcc;
             if (in_place) {
@@ -621,7 +624,6 @@ void run_matmul(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<Out>&
                 if (zero_k) rt::memset_async(product.data(), 0, std::size_t(inner * m * n) * sizeof(Product), stream);
                 else product_gemm.template operator()<Product>(mp, plain);
             }
-            DeviceGuard guard(device);
             const std::int64_t total = inner * m * n;
             const auto blocks = unsigned(std::clamp<std::int64_t>((total + 255) / 256, 1, max_blocks(device, 8)));
             launch(kernels::gemm_epilogue_apply<Product, Acc, Out, epilogue_t<T, Out>::scaled>, GridDim(blocks, site), dim3(256), 0, stream, inner, int(m), int(n),

@@ -193,8 +193,8 @@ Tensor<T> normalize_rows(const char* name, const Tensor<T>& x, int axis, Op op, 
                          std::source_location site) {
     static_assert(is_float_type<T>, "row normalisations need a floating-point tensor; convert with cast_to<float>(...) first");
     require(x.defined(), name, ": an undefined (default-constructed) tensor");
-    require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input is in ",
-            space_name(x.space()), " memory; move it to the device first");
+    require(x.space() == MemorySpace::device || x.space() == MemorySpace::managed, name, ": the input (", ::tessel::dtype_name(dtype_of<T>), " ",
+            x.shape(), ") is in ", space_name(x.space()), " memory; move it to the device first");
     // A 0-d tensor is one row of one element along axis 0 or -1 (torch wraps its dims as if it had one).
     if (x.dim() == 0) {
         require(axis == 0 || axis == -1, name, ": axis ", axis, " out of range for a 0-d tensor (0 or -1)");
@@ -303,8 +303,10 @@ std::optional<Tensor<T>> parameter(const char* name, const char* what, const std
     const std::int64_t cols = x.shape()[x.dim() - 1];
     require(p->defined() && p->dim() == 1 && p->numel() == cols, name, ": ", what, " must be a 1-d tensor of ", cols,
             " elements (the last dim of ", x.shape(), "), not shape ", ::tessel::detail::shape_of(*p));
-    require(p->device() == x.device() && (p->space() == MemorySpace::device || p->space() == MemorySpace::managed), name, ": ",
-            what, " must be in device memory on the input's device");
+    require(p->space() == MemorySpace::device || p->space() == MemorySpace::managed, name, ": ", what, " is in ",
+            space_name(p->space()), " memory; it must be in device memory on the input's device ", x.device().index);
+    require(p->device() == x.device(), name, ": ", what, " is on device ", p->device().index, " and the input on device ",
+            x.device().index, "; move one of them");
     if (p->is_contiguous()) return p;
     return p->contiguous(stream_for(name, stream, p->device()));
 }

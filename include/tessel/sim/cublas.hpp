@@ -359,7 +359,7 @@ TESSEL_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cubl
             void* c = static_cast<char*>(C) + std::ptrdiff_t(strideC) * std::ptrdiff_t(i) * std::ptrdiff_t(cb);
             detail::gemm_one(m, n, k, al, a, b, be, Ctype, c, ldc, computeType);
         }
-    }, "cublasGemmStridedBatchedEx (sim stand-in)");
+    }, "cublasGemmStridedBatchedEx (sim stand-in)", handle->device);
     return queued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 

@@ -560,7 +560,7 @@ TESSEL_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmul
     detail::matmuls.fetch_add(1, std::memory_order_relaxed);
     const bool wide = p.d.scale == CUDA_R_64F;
     const cudaError_t queued = api::enqueue_host_work(
-        stream, [r, wide] { wide ? detail::run<double>(r) : detail::run<float>(r); }, "cublasLtMatmul (sim stand-in)");
+        stream, [r, wide] { wide ? detail::run<double>(r) : detail::run<float>(r); }, "cublasLtMatmul (sim stand-in)", handle->device);
     return queued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 

@@ -73,7 +73,10 @@ TESSEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute 
 TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, std::size_t smem, cudaStream_t s, std::shared_ptr<LaunchSpec> call, dim3 cluster = dim3(1, 1, 1));
 // Queues host work on stream s in stream order (a vendor-library stand-in's computation, like
 // sim/cublas.hpp's GEMM); an exception it throws is the stream's next error, as a kernel fault is.
-TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> work, std::string what);
+// `handle_device` >= 0: the work is the kernel launch of a library handle created on that device
+// (cuBLAS, cuBLASLt), refused as CUDA refuses the launch unless that device is current and s is
+// one of its streams (a null s is the current device's default stream).
+TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> work, std::string what, int handle_device = -1);
 }  // namespace tessel::sim::api
 
 namespace tessel::sim {
@@ -516,9 +519,14 @@ TESSEL_API cudaError_t launch_kernel(const void* func, dim3 grid, dim3 block, st
     return detail::ok();
 }
 
-TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> work, std::string what) {
+TESSEL_API cudaError_t enqueue_host_work(cudaStream_t s, std::function<void()> work, std::string what, int handle_device) {
     if (!detail::valid_stream(s)) return detail::fail(cudaErrorInvalidResourceHandle, "stream " + hex_ptr(s) + " is not a live stream");
     CUstream_st* st = detail::resolve(s);
+    if (handle_device >= 0 && (handle_device != detail::current_device || st->device != detail::current_device))
+        return detail::fail(cudaErrorInvalidResourceHandle, what + ": a handle of device " + std::to_string(handle_device) +
+                                                                " launching into stream " + hex_ptr(s) + " of device " + std::to_string(st->device) +
+                                                                " while device " + std::to_string(detail::current_device) +
+                                                                " is current (the library runs on the current device)");
     detail::enqueue(st, [work = std::move(work), what = std::move(what), st] {
         try {
             work();

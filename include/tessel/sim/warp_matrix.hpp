@@ -35,22 +35,22 @@ inline float f16_bits_to_float(std::uint16_t h) {
     return std::bit_cast<float>(sign | (std::uint32_t(e + 127) << 23) | ((mant & 0x3ffu) << 13));
 }
 // A .tf32 operand: the tensor cores use the sign, exponent and top 10 mantissa bits; the 13 low
-// bits of the 32-bit register are not read (a kernel rounds first with cvt.rna.tf32.f32).
-inline float tf32_bits_to_float(std::uint32_t x) {
-    if ((x & 0x7f800000u) == 0x7f800000u) return std::bit_cast<float>(x);  // inf and NaN unchanged
-    return std::bit_cast<float>(x & 0xffffe000u);
-}
+// bits of the 32-bit register are not read (a kernel rounds first with cvt.rna.tf32.f32), whatever
+// the exponent: a NaN whose payload lies only in those bits reads as an infinity, as on sm_90.
+inline float tf32_bits_to_float(std::uint32_t x) { return std::bit_cast<float>(x & 0xffffe000u); }
 // cvt.rna.tf32.f32: round to nearest, ties away from zero, to 10 mantissa bits.
+// Infinities and NaNs are not rounded but still truncated, as ptxas compiles it for sm_90 (FSETP
+// |x| >= inf around the add, then the mask on every input): a NaN whose payload lies only in the
+// 13 low bits becomes an infinity (the tf32 layout is implementation defined, PTX ISA 5.2.3).
 inline std::uint32_t cvt_rna_tf32(float f) {
     const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-    if ((x & 0x7f800000u) == 0x7f800000u) return x;
-    return (x + 0x1000u) & 0xffffe000u;
+    return ((x & 0x7f800000u) == 0x7f800000u ? x : x + 0x1000u) & 0xffffe000u;
 }
 
 inline std::uint16_t half_of(std::uint32_t reg, int i) { return std::uint16_t(reg >> (16 * i)); }
 inline std::int8_t byte_of(std::uint32_t reg, int i) { return std::int8_t(std::uint8_t(reg >> (8 * i))); }
 
-// ---- fragment layouts (PTX ISA 9.7.14.5.8 m16n8k8, 9.7.14.5.9 m16n8k16, 9.7.14.5.10 m16n8k32) ----
+// ---- fragment layouts (PTX ISA 9.7.14.5.7 m16n8k8, 9.7.14.5.8 m16n8k16, 9.7.14.5.10 m16n8k32) ----
 // groupID = lane / 4, threadID_in_group = lane % 4. Every operand is made of 8-row tiles in which
 // each row is 4 lanes' 32-bit registers; the functions give the matrix coordinate of element `i`
 // of a lane's fragment, numbered as the ISA numbers them (a0, a1, ... in register order).

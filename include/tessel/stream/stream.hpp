@@ -108,7 +108,8 @@ public:
     }
 
     rt::stream_t handle() const { return handle_.get(); }
-    // Every tessel function that takes a raw stream handle takes a Stream too.
+    // For CUDA and library calls that take a raw handle. tessel's own operations take a StreamArg,
+    // which keeps the Stream's device too (a default stream's handle is null on every device).
     operator rt::stream_t() const noexcept { return handle_.get(); }
     Device device() const { return device_; }
     int priority() const { return priority_; }

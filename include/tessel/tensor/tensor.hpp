@@ -34,6 +34,8 @@ struct Expression;
 namespace ops {
 template <Element Out, class E>
 class Assignment;
+template <Element T>
+struct TensorRef;
 }
 
 // Where and on which stream a new tensor is made.
@@ -60,9 +62,14 @@ public:
     Tensor() = default;  // undefined: no storage; most operations throw
     Tensor(const Tensor&) = default;
     Tensor(Tensor&&) noexcept = default;
-    // Assigning a Tensor rebinds the handle (no data is copied), as copying one does.
-    Tensor& operator=(const Tensor&) = default;
-    Tensor& operator=(Tensor&&) noexcept = default;
+    // Assigning a Tensor to a named tensor rebinds the handle (no data is copied), as copying one does.
+    Tensor& operator=(const Tensor&) & = default;
+    Tensor& operator=(Tensor&&) & noexcept = default;
+    // Assigning a Tensor to a temporary, a view (`x.select(0, 1) = y`), prepares the element-wise
+    // copy as an expression does: `(x.select(0, 1) = y).run(s)` (libtorch copies at once there; here
+    // on the stream .run names). Rebinding a temporary would silently do nothing.
+    template <Element U>
+    ops::Assignment<T, ops::TensorRef<U>> operator=(const Tensor<U>& source) &&;
     // Assigning an expression prepares `this = expr` element-wise; `.run(stream)` computes it in one
     // kernel (include <tessel/ops/assign.hpp>). Works on views: (t.slice(0, 0, 4) = x * 2).run(s).
     template <class E>
