@@ -26,7 +26,7 @@ t_start=$SECONDS
 # 0. The GPU as nvidia-smi sees it.
 gpu=$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | head -1)
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
-[ -n "$cc" ] || cc=90
+[[ $cc =~ ^[0-9]+$ ]] || cc=90  # nvidia-smi prints its failures on stdout
 row "gpu" "info" "$gpu (sm_$cc)"
 
 # 1. Dependencies without network: unpack the carried .deb files into a private prefix.
@@ -54,11 +54,18 @@ fi
 #    warnings do not stop the build: this machine's compiler may be newer than CI's and warn more.
 t0=$SECONDS
 cap=$(budget 270)
-if timeout "$cap" bash -c 'cmake -S . -B "$0" -G Ninja -DTESSEL_BACKEND=cuda -DCMAKE_BUILD_TYPE=Release \
+#    What the later steps need most is built first (the test binary, the benchmarks, tessel-info),
+#    then the rest; ninja keeps going past a failing file (-k 0), and a build cut by its cap or
+#    failing somewhere goes on with the binaries it made (row PARTIAL).
+if timeout -k 10 "$cap" bash -c 'cmake -S . -B "$0" -G Ninja -DTESSEL_BACKEND=cuda -DCMAKE_BUILD_TYPE=Release \
        -DCMAKE_CUDA_ARCHITECTURES="$1" -DTESSEL_KERNEL_REPORT=OFF -DTESSEL_TEST_OPTIMIZATION=-O1 \
-       -DTESSEL_WARNINGS_AS_ERRORS=OFF "${@:3}" && cmake --build "$0" -j "$2"' \
+       -DTESSEL_WARNINGS_AS_ERRORS=OFF "${@:3}" &&
+       { cmake --build "$0" -j "$2" --target tessel_tests tessel-bench tessel-info -- -k 0; cmake --build "$0" -j "$2" -- -k 0; }' \
      "$build" "$cc" "$jobs" "${prefix_args[@]}" >"$OUT/build.log" 2>&1; then
   row "build (cuda, sm_$cc)" "ok" "$((SECONDS - t0)) s"
+elif [ -x "$build/tests/tessel_tests" ] || [ -x "$build/bench/tessel-bench" ]; then
+  row "build (cuda, sm_$cc)" "PARTIAL" "$((SECONDS - t0)) s; failed or cut: see build.log; going on with what was built"
+  tail -40 "$OUT/build.log"
 else
   row "build (cuda, sm_$cc)" "FAILED" "see build.log"
   tail -40 "$OUT/build.log"
@@ -86,7 +93,7 @@ run_sanitizer() {
       synccheck) filter="[barrier],[warp],[cluster],[rows]~[slow_under_tsan]" ;;
     esac
     if [ -z "$sanitizer" ]; then echo "compute-sanitizer $tool|SKIPPED|compute-sanitizer not found"; continue; fi
-    timeout 35 "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 "$tests" "$filter" >"$OUT/sanitizer.one" 2>&1
+    timeout -k 5 35 "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 "$tests" "$filter" >"$OUT/sanitizer.one" 2>&1
     rc=$?
     { echo "=== compute-sanitizer --tool $tool $filter (exit $rc)"; cat "$OUT/sanitizer.one"; } >>"$OUT/sanitizer.log"
     status=ok; [ $rc -eq 0 ] || status=FAILED
@@ -104,8 +111,10 @@ run_sanitizer() {
 t0=$SECONDS
 run_sanitizer >"$OUT/sanitizer.rows" 2>&1 &
 sanitizer_pid=$!
-timeout "$(budget 110)" ctest --test-dir $build --output-on-failure -j 4 \
-  -E '^headers[.]|^kernels[.]budgets$|^bench[.]quick-set-and-report$' >"$OUT/ctest.log" 2>&1
+# examples.allreduce runs 3 ranks, a GPU each: left out on a machine with fewer.
+exclude='^headers[.]|^kernels[.]budgets$|^bench[.]quick-set-and-report$'
+(($(nvidia-smi -L 2>/dev/null | grep -c '^GPU') < 3)) && exclude+='|^examples[.]allreduce$'
+timeout -k 10 "$(budget 110)" ctest --test-dir $build --output-on-failure -j 4 -E "$exclude" >"$OUT/ctest.log" 2>&1
 rc=$?
 row "ctest" "$( ((rc == 0)) && echo ok || { ((rc == 124)) && echo TIMEOUT || echo FAILED; })" "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
 wait $sanitizer_pid
@@ -123,10 +132,10 @@ cap=$(budget 130)
 if ((cap < 10)); then
   row "tessel-bench" "SKIPPED" "out of time budget"
 else
-  timeout $((cap / 2)) $build/bench/tessel-bench --benchmark_filter='^BM_([^ml]|m[^a]|l[^i])' --benchmark_min_time=0.1 \
+  timeout -k 10 $((cap / 2)) $build/bench/tessel-bench --benchmark_filter='^BM_([^ml]|m[^a]|l[^i])' --benchmark_min_time=0.1 \
     --benchmark_out="$OUT/bench.json" --benchmark_out_format=json >"$OUT/bench.log" 2>&1
   rc1=$?
-  timeout $((cap - (SECONDS - t0))) $build/bench/tessel-bench --benchmark_filter='^BM_(matmul|linear)' --benchmark_min_time=0.1 \
+  timeout -k 10 $((cap - (SECONDS - t0))) $build/bench/tessel-bench --benchmark_filter='^BM_(matmul|linear)' --benchmark_min_time=0.1 \
     --benchmark_out="$OUT/bench-matmul.json" --benchmark_out_format=json >>"$OUT/bench.log" 2>&1
   rc2=$?
   python3 - "$OUT/bench.json" "$OUT/bench-matmul.json" <<'PY' >>"$OUT/bench.log" 2>&1
@@ -183,18 +192,15 @@ fields=index,name,uuid,pci.bus_id,driver_version,memory.total,memory.used,memory
 { echo "nvidia-smi:"; nvidia-smi --query-gpu=$fields --format=csv; echo "tessel-info:"; $build/tools/tessel-info --query=$fields --format=csv; } \
   >>"$OUT/ctest.log" 2>&1
 row "tessel-info vs nvidia-smi" "$(grep -c . <<<"$(nvidia-smi -L 2>/dev/null)") GPU(s)" "both tables in ctest.log"
-# A process per GPU through tessel-run, and collectives as nccl-tests measures them.
-if ((budget_left=$(budget 40), budget_left >= 20)); then
-  t0=$SECONDS
-  timeout 20 $build/tools/tessel-run -n 1 $build/tests/dist_worker collectives >>"$OUT/ctest.log" 2>&1
-  rc1=$?
-  timeout 20 $build/bench/tessel-collectives-bench -b 8 -e 1G -f 4 --iters 10 --warmup 3 >>"$OUT/ctest.log" 2>&1
-  rc2=$?
-  row "dist: tessel-run, bench" "$( ((rc1 == 0 && rc2 == 0)) && echo ok || echo FAILED)" "exit codes $rc1, $rc2 ($((SECONDS - t0)) s)"
-fi
 # The dispatch table MatmulPolicy::automatic would read, from this run (commit it as
 # include/tessel/ops/matmul_table.hpp together with bench.json under bench/results/).
-[ -s "$OUT/bench.json" ] && python3 bench/matmul_table.py "$OUT/bench.json" --out "$OUT/matmul_table.hpp" >>"$OUT/ctest.log" 2>&1
+if [ -s "$OUT/bench.json" ]; then
+  if python3 bench/matmul_table.py "$OUT/bench.json" --out "$OUT/matmul_table.hpp" >>"$OUT/ctest.log" 2>&1; then
+    row "matmul table" "ok" "matmul_table.hpp"
+  else
+    row "matmul table" "FAILED" "bench/matmul_table.py failed: see ctest.log"
+  fi
+fi
 
 # 6. PyTorch on the same problems (bench/torch_compare.py: eager, and torch.compile where it
 #    compiles offline), for the "% of torch" column of bench/report.py.
@@ -205,12 +211,23 @@ if ((cap < 20)); then
 elif ! python3 -c "import torch" 2>/dev/null; then
   row "torch_compare" "SKIPPED" "no PyTorch on this machine"
 else
-  timeout "$cap" python3 bench/torch_compare.py --out "$OUT/torch.json" --budget $((cap - 15)) >>"$OUT/ctest.log" 2>&1
+  timeout -k 10 "$cap" python3 bench/torch_compare.py --out "$OUT/torch.json" --budget $((cap - 15)) >>"$OUT/ctest.log" 2>&1
   rc=$?
   status=ok; [ $rc -eq 0 ] || status=FAILED
   [ $rc -eq 124 ] && status=PARTIAL  # cut by its cap: torch.json still holds every timing taken before
   rm -f "$OUT/torch.json.tmp"         # a save cut short (at most 8 files come back from $OUT)
   row "torch_compare" "$status" "torch.json, $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["benchmarks"]))' "$OUT/torch.json" 2>/dev/null || echo 0) timings ($((SECONDS - t0)) s)"
+fi
+
+# 7. A process per GPU through tessel-run, and collectives as nccl-tests measures them (after
+#    PyTorch: the kernels' numbers first).
+if ((budget_left=$(budget 40), budget_left >= 20)); then
+  t0=$SECONDS
+  timeout -k 5 $((budget_left / 2)) $build/tools/tessel-run -n 1 $build/tests/dist_worker collectives >>"$OUT/ctest.log" 2>&1
+  rc1=$?
+  timeout -k 5 $((budget_left / 2)) $build/bench/tessel-collectives-bench -b 8 -e 1G -f 4 --iters 10 --warmup 3 >>"$OUT/ctest.log" 2>&1
+  rc2=$?
+  row "dist: tessel-run, bench" "$( ((rc1 == 0 && rc2 == 0)) && echo ok || echo FAILED)" "exit codes $rc1, $rc2 ($((SECONDS - t0)) s)"
 fi
 
 # The benchmark lines first, the table last: the tool that runs this keeps only the output's tail.
