@@ -248,6 +248,10 @@ BAD("rows", "layer_norm weight of the wrong size", Expect::invalid_argument, "we
     (void)layer_norm(dev({3, 4}), dev({5}));
 };
 BAD("rows", "layer_norm bias on the host", Expect::invalid_argument, "layer_norm: bias is in host memory; it must be in device memory on the input's device 0") { (void)layer_norm(dev({3, 4}), dev({4}), host({4})); };
+BAD_ENV("rows", "rms_norm weight on another device", Expect::invalid_argument, "rms_norm: weight is on device 1 and the input on device 0",
+        {{"TESSEL_SIM_DEVICES", "2"}}) {
+    (void)rms_norm(zeros<float>({3, 4}, {.device = Device{0}}), zeros<float>({4}, {.device = Device{1}}));
+};
 BAD("rows", "rms_norm of a scalar", Expect::invalid_argument, "rms_norm") { (void)rms_norm(dev({})); };
 BAD("rows", "layer_norm with a negative eps", Expect::invalid_argument, "eps") { (void)layer_norm(dev({3, 4}), {}, {}, -1.0); };
 #if defined(TESSEL_BACKEND_SIM)
