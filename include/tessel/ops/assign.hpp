@@ -134,6 +134,96 @@ std::vector<LeafPlan> leaf_plans(const E& expr, const Shape& shape, Device devic
 
 inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
+// The checks of an assignment's output, the same for every element and expression type, so they
+// are compiled once rather than once per expression: memory space, stream, broadcasting, distinct
+// elements. Returns the stream to launch on.
+inline rt::stream_t check_assignment_output(const Layout& out, Device device, MemorySpace space, const Shape& expr_shape,
+                                            StreamArg chosen) {
+    const Shape& shape = out.shape;
+    require(space == MemorySpace::device || space == MemorySpace::managed, "expression assignment: the output is in ",
+            space_name(space), " memory; expressions run on a device: write into a device or managed tensor");
+    const rt::stream_t stream = stream_for("expression assignment", chosen, device);
+    {
+        const int extra = shape.size() - expr_shape.size();
+        bool ok = extra >= 0;
+        for (int d = 0; ok && d < expr_shape.size(); ++d) ok = expr_shape[d] == 1 || expr_shape[d] == shape[d + extra];
+        require(ok, "expression assignment: an expression of shape ", expr_shape,
+                " does not broadcast to the output's shape ", shape);
+    }
+    for (int d = 0; d < shape.size(); ++d)
+        require(shape[d] <= 1 || out.strides[d] != 0, "expression assignment: the output (shape ", shape,
+                ", strides ", out.strides, ") repeats elements along dim ", d,
+                " (a broadcast view); write into a tensor whose elements are distinct");
+    require(::tessel::detail::distinct_elements(out), "expression assignment: the output (shape ", shape, ", strides ",
+            out.strides, ") ", ::tessel::detail::repeated_elements_text(out), " (an overlapping view), so threads "
+            "would race to write them; write into a tensor whose elements are distinct");
+    return stream;
+}
+
+// How an evaluation runs: the coalesced iteration, which kernel, the grid's cap, and the piece limit.
+struct EvaluationPlan {
+    Iteration it;
+    std::int64_t cap = 1;    // most blocks per launch
+    std::int64_t limit = 0;  // most elements per launch (ops/pieces.hpp)
+    bool contiguous = false, rows = false, vector = false;
+    std::vector<const void*> first;  // the operands' first elements, where there is more than one piece
+};
+
+// Plans the evaluation of operands `leaves` into `out` (first element `out_data`, elements of
+// `out_size` bytes) with `V`-wide vectors, after refusing an operand that overlaps the output other
+// than element for element; coalesces the leaves' strides. Independent of the types, as above.
+inline EvaluationPlan plan_evaluation(const void* out_data, const Layout& out, std::size_t out_size, int V,
+                                      std::vector<LeafPlan>& leaves, Device device) {
+    const Shape& shape = out.shape;
+    // An operand in the output's memory is safe only when each element is read where it is written.
+    for (std::size_t k = 0; k < leaves.size(); ++k) {
+        const LeafPlan& l = leaves[k];
+        if (l.layout.numel() == 0) continue;  // other storages too: two tensors may wrap the same memory (from_blob)
+        // Reading exactly the elements being written (the operand's strides broadcast to the output's shape).
+        if (l.element_size == out_size && ::tessel::detail::same_elements(out_data, out.strides, l.data, l.strides, shape)) continue;
+        const auto sharing = ::tessel::detail::memory_sharing(out_data, out, out_size, l.data, l.layout, l.element_size);
+        require(sharing == ::tessel::detail::Sharing::none, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
+                l.layout.shape, ", strides ", l.layout.strides, ") ", ::tessel::detail::overlap_verb(sharing, true),
+                " the output at other positions (shape ", shape, ", strides ",
+                out.strides, "), so elements would be read after being overwritten; pass a copy of it (.clone())");
+    }
+    EvaluationPlan plan;
+    plan.it = coalesce(shape, out.strides, leaves);
+    const Iteration& it = plan.it;
+    plan.cap = max_blocks(device, 32);
+    plan.limit = piece_limit.load(std::memory_order_relaxed);
+    plan.contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
+                      std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
+    // Rank 2 with every column stride 0 or 1 and every row start aligned to V: the row kernel.
+    const std::int64_t v = V;
+    bool rows = V > 1 && !plan.contiguous && it.shape.size() == 2 && it.shape[1] >= v && it.shape[1] <= plan.limit &&
+                it.out_strides[1] == 1 && it.out_strides[0] % v == 0 && aligned(out_data, std::size_t(V) * out_size);
+    for (const LeafPlan& l : leaves)
+        rows = rows && (l.strides[1] == 0 || (l.strides[1] == 1 && l.strides[0] % v == 0 && aligned(l.data, std::size_t(V) * l.element_size)));
+    bool vector = plan.contiguous && V > 1 && aligned(out_data, std::size_t(V) * out_size);
+    for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || aligned(l.data, std::size_t(V) * l.element_size));
+    plan.rows = rows;
+    plan.vector = vector;
+    // One launch per piece (one in all up to 2^31 - 16 elements): the operands' pointers moved to the
+    // piece's first element; a piece of a flat iteration starts on a multiple of 16 elements, so the
+    // alignment found above holds for every piece.
+    // (The first pointers are kept only when there is more than one piece: no allocation otherwise.)
+    if (out.numel() > plan.limit)
+        for (const LeafPlan& l : leaves) plan.first.push_back(l.data);
+    return plan;
+}
+
+// Points the leaves at the first elements of piece `p` (a no-op with one piece: `first` is empty).
+inline void move_to_piece(std::vector<LeafPlan>& leaves, const std::vector<const void*>& first, const Piece& p) {
+    for (std::size_t k = 0; k < first.size(); ++k)
+        leaves[k].data = static_cast<const char*>(first[k]) + offset_of(p.origin, leaves[k].strides) * std::int64_t(leaves[k].element_size);
+}
+
+// Blocks of `threads` for `work` items, at least one and at most `cap`.
+inline unsigned blocks_for_work(std::int64_t work, unsigned threads, std::int64_t cap) {
+    return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, cap)));
+}
+
 }  // namespace detail
 
 // `out = expr`, not yet computed: run() evaluates it. Returned by Tensor's `=` and the compound
@@ -166,102 +256,45 @@ private:
 template <Element Out, class E>
 void Assignment<Out, E>::run(StreamArg chosen, std::source_location site) const {
     require(out_.defined(), "expression assignment: the output is an undefined (default-constructed) tensor");
-    const Shape& shape = out_.shape();
-    const Shape expr_shape = expr_.shape();
     const Device device = out_.device();
-    require(out_.space() == MemorySpace::device || out_.space() == MemorySpace::managed,
-            "expression assignment: the output is in ", space_name(out_.space()),
-            " memory; expressions run on a device: write into a device or managed tensor");
-    const rt::stream_t stream = stream_for("expression assignment", chosen, device);
-    {
-        const int extra = shape.size() - expr_shape.size();
-        bool ok = extra >= 0;
-        for (int d = 0; ok && d < expr_shape.size(); ++d) ok = expr_shape[d] == 1 || expr_shape[d] == shape[d + extra];
-        require(ok, "expression assignment: an expression of shape ", expr_shape,
-                " does not broadcast to the output's shape ", shape);
-    }
-    for (int d = 0; d < shape.size(); ++d)
-        require(shape[d] <= 1 || out_.strides()[d] != 0, "expression assignment: the output (shape ", shape,
-                ", strides ", out_.strides(), ") repeats elements along dim ", d,
-                " (a broadcast view); write into a tensor whose elements are distinct");
-    require(::tessel::detail::distinct_elements(out_.layout()), "expression assignment: the output (shape ", shape, ", strides ",
-            out_.strides(), ") ", ::tessel::detail::repeated_elements_text(out_.layout()), " (an overlapping view), so threads "
-            "would race to write them; write into a tensor whose elements are distinct");
+    const rt::stream_t stream = detail::check_assignment_output(out_.layout(), device, out_.space(), expr_.shape(), chosen);
+    std::vector<LeafPlan> leaves = detail::leaf_plans(expr_, out_.shape(), device, "the output");
+    if (out_.numel() == 0) return;
 
-    std::vector<LeafPlan> leaves = detail::leaf_plans(expr_, shape, device, "the output");
-    const std::int64_t n = out_.numel();
-    if (n == 0) return;
-
-    // An operand in the output's memory is safe only when each element is read where it is written.
-    for (std::size_t k = 0; k < leaves.size(); ++k) {
-        const LeafPlan& l = leaves[k];
-        if (l.layout.numel() == 0) continue;  // other storages too: two tensors may wrap the same memory (from_blob)
-        // Reading exactly the elements being written (the operand's strides broadcast to the output's shape).
-        if (l.element_size == sizeof(Out) && ::tessel::detail::same_elements(out_.data(), out_.strides(), l.data, l.strides, shape)) continue;
-        const auto sharing = ::tessel::detail::memory_sharing(out_.data(), out_.layout(), sizeof(Out), l.data, l.layout, l.element_size);
-        require(sharing == ::tessel::detail::Sharing::none, "expression assignment: operand ", k, " (", l.dtype, ", shape ",
-                l.layout.shape, ", strides ", l.layout.strides, ") ", ::tessel::detail::overlap_verb(sharing, true),
-                " the output at other positions (shape ", shape, ", strides ",
-                out_.strides(), "), so elements would be read after being overwritten; pass a copy of it (.clone())");
-    }
-
-    const detail::Iteration it = detail::coalesce(shape, out_.strides(), leaves);
     using Lowered = std::remove_cvref_t<decltype(expr_.lower(std::declval<const LeafPlan*&>()))>;
     static_assert(sizeof(Lowered) + sizeof(kernels::StridedOutput<Out, std::uint32_t>) + 8 <= kernel_parameter_limit,
                   "tessel: this expression has too many operands for one kernel's parameters (32764 bytes); evaluate "
                   "part of it into a tensor first");
-
-    const std::int64_t cap = detail::max_blocks(device, 32);
-    constexpr unsigned threads = 256;
-    auto blocks_for_work = [&](std::int64_t work) {
-        return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, cap)));
-    };
-    const std::int64_t limit = detail::piece_limit.load(std::memory_order_relaxed);
-    const bool contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
-                            std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
     constexpr int V = int(16 / std::max(sizeof(Out), E::widest)) > 0 ? int(16 / std::max(sizeof(Out), E::widest)) : 1;
-    // Rank 2 with every column stride 0 or 1 and every row start aligned to V: the row kernel.
-    bool rows = V > 1 && !contiguous && it.shape.size() == 2 && it.shape[1] >= V && it.shape[1] <= limit && it.out_strides[1] == 1 &&
-                it.out_strides[0] % V == 0 && detail::aligned(out_.data(), V * sizeof(Out));
-    for (const LeafPlan& l : leaves)
-        rows = rows && (l.strides[1] == 0 || (l.strides[1] == 1 && l.strides[0] % V == 0 && detail::aligned(l.data, V * l.element_size)));
-    bool vector = contiguous && V > 1 && detail::aligned(out_.data(), V * sizeof(Out));
-    for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || detail::aligned(l.data, V * l.element_size));
-
-    // One launch per piece (one in all up to 2^31 - 16 elements): the operands' pointers moved to the
-    // piece's first element; a piece of a flat iteration starts on a multiple of 16 elements, so the
-    // alignment found above holds for every piece.
-    // (The first pointers are kept only when there is more than one piece: no allocation otherwise.)
-    std::vector<const void*> first;
-    if (out_.numel() > limit)
-        for (const LeafPlan& l : leaves) first.push_back(l.data);
+    const detail::EvaluationPlan plan = detail::plan_evaluation(out_.data(), out_.layout(), sizeof(Out), V, leaves, device);
+    const detail::Iteration& it = plan.it;
+    constexpr unsigned threads = 256;
     using I = std::uint32_t;
     DeviceGuard guard(device);
-    detail::for_each_piece(it.shape, limit, [&](const detail::Piece& p) {
-        for (std::size_t k = 0; k < first.size(); ++k)
-            leaves[k].data = static_cast<const char*>(first[k]) + detail::offset_of(p.origin, leaves[k].strides) * std::int64_t(leaves[k].element_size);
+    detail::for_each_piece(it.shape, plan.limit, [&](const detail::Piece& p) {
+        detail::move_to_piece(leaves, plan.first, p);
         Out* const o = out_.data() + detail::offset_of(p.origin, it.out_strides);
         const LeafPlan* next = leaves.data();
         const Lowered lowered = expr_.lower(next);
         const std::int64_t count = p.numel;
-        if (rows) {
+        if (plan.rows) {
             const std::int64_t chunks_per_row = (p.shape[1] + V - 1) / V, chunks = p.shape[0] * chunks_per_row;
-            launch(kernels::evaluate_rows<V, Out, Lowered, I>, GridDim(blocks_for_work(chunks), site), dim3(threads), 0, stream, o,
-                   it.out_strides[0], lowered, I(p.shape[1]), Divisor<I>::of(I(chunks_per_row)), I(chunks));
-        } else if (vector) {
-            launch(kernels::evaluate_contiguous<V, Out, Lowered, I>, GridDim(blocks_for_work(count / V + 1), site), dim3(threads), 0, stream,
-                   o, lowered, I(count));
-        } else if (contiguous) {
-            launch(kernels::evaluate_contiguous<1, Out, Lowered, I>, GridDim(blocks_for_work(count), site), dim3(threads), 0, stream, o,
-                   lowered, I(count));
+            launch(kernels::evaluate_rows<V, Out, Lowered, I>, GridDim(detail::blocks_for_work(chunks, threads, plan.cap), site),
+                   dim3(threads), 0, stream, o, it.out_strides[0], lowered, I(p.shape[1]), Divisor<I>::of(I(chunks_per_row)), I(chunks));
+        } else if (plan.vector) {
+            launch(kernels::evaluate_contiguous<V, Out, Lowered, I>, GridDim(detail::blocks_for_work(count / V + 1, threads, plan.cap), site),
+                   dim3(threads), 0, stream, o, lowered, I(count));
+        } else if (plan.contiguous) {
+            launch(kernels::evaluate_contiguous<1, Out, Lowered, I>, GridDim(detail::blocks_for_work(count, threads, plan.cap), site),
+                   dim3(threads), 0, stream, o, lowered, I(count));
         } else {
             kernels::StridedOutput<Out, I> so{o, p.shape.size(), {}, {}};
             for (int d = 0; d < p.shape.size(); ++d) {
                 so.shape[d] = Divisor<I>::of(I(p.shape[d]));
                 so.stride[d] = it.out_strides[d];
             }
-            launch(kernels::evaluate_strided<Out, Lowered, I>, GridDim(blocks_for_work(count), site), dim3(threads), 0, stream, so, lowered,
-                   I(count));
+            launch(kernels::evaluate_strided<Out, Lowered, I>, GridDim(detail::blocks_for_work(count, threads, plan.cap), site),
+                   dim3(threads), 0, stream, so, lowered, I(count));
         }
     });
     out_.storage()->note_write(stream, out_.device());

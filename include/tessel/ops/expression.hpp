@@ -310,8 +310,8 @@ struct Unary<CastTo<T>, E> : Expression<Unary<CastTo<T>, E>> {
 // joins unrounded, in the compute type, as torch's opmath scalars do.
 template <class Compute, class Common, class Own, class X>
 __host__ __device__ Compute as_operand(X x) {
-    if constexpr (!std::is_same_v<compute_t<Common>, Common> && !std::is_same_v<Own, Common> &&
-                  !std::is_same_v<Own, weak_float> && !std::is_same_v<Own, weak_int> && !std::is_same_v<Compute, bool>)
+    if constexpr (!std::is_same_v<compute_t<Common>, Common> && !std::is_same_v<Own, Common> && !is_weak_type<Own> &&
+                  !std::is_same_v<Compute, bool>)
         return cast<Compute>(cast<Common>(x));
     else return cast<Compute>(x);
 }

@@ -28,6 +28,10 @@ struct weak_float {};
 // The element type of a C++ integer scalar in an expression before promotion.
 struct weak_int {};
 
+// A C++ number's type in an expression (weak_float, weak_int), not a tensor's element type.
+template <class T>
+inline constexpr bool is_weak_type = std::is_same_v<T, weak_float> || std::is_same_v<T, weak_int>;
+
 template <class T>
 inline constexpr bool is_reduced_float = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> ||
                                          std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
@@ -67,10 +71,10 @@ struct promote2<A, weak_int> {
     using type = std::conditional_t<is_bool_type<A>, std::int64_t, A>;
 };
 template <class B>
-    requires(!std::is_same_v<B, weak_float> && !std::is_same_v<B, weak_int>)
+    requires(!is_weak_type<B>)
 struct promote2<weak_float, B> : promote2<B, weak_float> {};
 template <class B>
-    requires(!std::is_same_v<B, weak_float> && !std::is_same_v<B, weak_int>)
+    requires(!is_weak_type<B>)
 struct promote2<weak_int, B> : promote2<B, weak_int> {};
 template <>
 struct promote2<weak_float, weak_int> {
