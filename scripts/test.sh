@@ -7,8 +7,9 @@
 #   sim-tsan  the test suite with a block's threads as OS threads under ThreadSanitizer, plus the race
 #             check
 #   cuda      every target built by nvcc for sm_90 with warnings as errors; its tests run on a GPU
-#             and report themselves skipped without one (then device code is built at -O0 and host
-#             code at -O1; the kernel report compiles the library's kernels at -O3)
+#             and report themselves skipped without one (then device code is built at -O0, the
+#             test programs' host code at -O0 and the rest at -O1; the kernel report compiles the
+#             library's kernels at -O3)
 # Usage: scripts/test.sh [preset ...]   (default: all four)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ for preset in "${presets[@]}"; do
     # (docs/compile-time.md). What the optimiser makes of every kernel the library dispatches is
     # the kernel report's (kernels.budgets: registers, spills, stack, main loops), compiled at -O3
     # in the same preset. Host code at -O1 in the runtime library, tools, examples and benchmarks
-    # (which reach the operations' host side), where g++'s warnings that need an optimiser
+    # (which reach the host side of every operation family but quantize), where g++'s warnings that need an optimiser
     # (-Wmaybe-uninitialized) still run; at -O0 in the test programs, which only link here
     # (test_reduce.cu 58 s -> 38 s). Device code is compiled to PTX only
     # (90-virtual: no ptxas, 22 of test_reduce.cu's 69 s); ptxas assembles every kernel the library
