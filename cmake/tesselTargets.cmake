@@ -71,14 +71,83 @@ function(tessel_define_targets include_dir kernels_dir)
   else()
     message(STATUS "tessel: CUDA is not enabled yet, so tessel::cuda is header-only; call enable_language(CUDA) before find_package(tessel) to compile its runtime once")
   endif()
-  find_library(TESSEL_CUDNN_LIBRARY cudnn HINTS "${CUDAToolkit_LIBRARY_DIR}")
-  find_library(TESSEL_NCCL_LIBRARY nccl HINTS "${CUDAToolkit_LIBRARY_DIR}")
-  if(TESSEL_CUDNN_LIBRARY)
-    target_link_libraries(tessel_cuda_usage INTERFACE "${TESSEL_CUDNN_LIBRARY}")
-    target_compile_definitions(tessel_cuda_usage INTERFACE TESSEL_HAS_CUDNN=1)
+  foreach(vendor cudnn:cudnn.h:9 nccl:nccl.h:2)
+    string(REPLACE ":" ";" fields "${vendor}")
+    list(GET fields 0 name)
+    list(GET fields 1 header)
+    list(GET fields 2 major)
+    string(TOUPPER "${name}" upper)
+    tessel_find_vendor_library(${name} ${header} ${major} "${CUDAToolkit_LIBRARY_DIR}" "${CUDAToolkit_INCLUDE_DIRS}")
+    if(TESSEL_${upper}_LIBRARY AND TESSEL_${upper}_INCLUDE_DIR)
+      target_link_libraries(tessel_cuda_usage INTERFACE "${TESSEL_${upper}_LIBRARY}")
+      # The toolkit's folder is on the path already (CUDA::cudart). Another (a wheel's) as -I: nvcc
+      # puts its own include folder first as -I, where a toolkit's older nccl.h would otherwise win
+      # over an -isystem folder.
+      get_filename_component(include_dir "${TESSEL_${upper}_INCLUDE_DIR}" REALPATH)
+      set(in_toolkit FALSE)
+      foreach(toolkit_dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
+        get_filename_component(toolkit_dir "${toolkit_dir}" REALPATH)
+        if(include_dir STREQUAL toolkit_dir)
+          set(in_toolkit TRUE)
+        endif()
+      endforeach()
+      if(NOT in_toolkit)
+        target_include_directories(tessel_cuda_usage INTERFACE "${include_dir}")
+      endif()
+      target_compile_definitions(tessel_cuda_usage INTERFACE TESSEL_HAS_${upper}=1)
+    endif()
+  endforeach()
+endfunction()
+
+# cuDNN and NCCL are optional. Looked for in the CUDA toolkit and the system's folders first, then in
+# the Python environment's NVIDIA wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13: PyTorch installs them,
+# and on a machine set up for PyTorch they are often the only copy): <site-packages>/nvidia/<name>/
+# holds lib/lib<name>.so.<major> (no unversioned link to find) and include/. The header is taken from
+# beside the library where it is there (a toolkit's nccl.h with a wheel's newer libnccl would declare
+# the wrong version), and the library only with its header. -DTESSEL_<NAME>_LIBRARY=... and
+# -DTESSEL_<NAME>_INCLUDE_DIR=... choose others, -DTESSEL_PYTHON=... the Python whose wheels are
+# searched (python3 on the PATH by default). Sets those two cache entries and says what it found.
+function(tessel_find_vendor_library name header major toolkit_lib_dir toolkit_include_dirs)
+  string(TOUPPER "${name}" upper)
+  set(library_var TESSEL_${upper}_LIBRARY)
+  set(include_var TESSEL_${upper}_INCLUDE_DIR)
+  find_library(${library_var} NAMES ${name} HINTS ${toolkit_lib_dir})
+  if(NOT ${library_var})
+    # A wheel's folder, from the package's own search path (nvidia is a namespace package, so its
+    # parts may lie in several site-packages folders).
+    find_program(TESSEL_PYTHON NAMES python3 python)
+    set(roots "")
+    if(TESSEL_PYTHON)
+      execute_process(COMMAND "${TESSEL_PYTHON}" -c [=[
+import importlib.util, sys
+try:
+    spec = importlib.util.find_spec("nvidia." + sys.argv[1])
+except (ImportError, ValueError):
+    spec = None
+print(";".join(spec.submodule_search_locations or []) if spec else "", end="")
+]=] "${name}" RESULT_VARIABLE rc OUTPUT_VARIABLE roots ERROR_QUIET)
+      if(NOT rc EQUAL 0)
+        set(roots "")
+      endif()
+    endif()
+    foreach(root IN LISTS roots)
+      if(EXISTS "${root}/lib/lib${name}.so.${major}" AND EXISTS "${root}/include/${header}")
+        set(${library_var} "${root}/lib/lib${name}.so.${major}" CACHE FILEPATH "${name}'s library" FORCE)
+        break()
+      endif()
+    endforeach()
   endif()
-  if(TESSEL_NCCL_LIBRARY)
-    target_link_libraries(tessel_cuda_usage INTERFACE "${TESSEL_NCCL_LIBRARY}")
-    target_compile_definitions(tessel_cuda_usage INTERFACE TESSEL_HAS_NCCL=1)
+  if(${library_var})
+    get_filename_component(beside "${${library_var}}/../../include" ABSOLUTE)
+    find_path(${include_var} ${header} HINTS "${beside}" ${toolkit_include_dirs})
+  else()
+    set(${include_var} "${include_var}-NOTFOUND" CACHE PATH "the folder of ${header}")
+  endif()
+  if(${library_var} AND ${include_var})
+    message(STATUS "tessel: ${name}: ${${library_var}} (${header} in ${${include_var}})")
+  else()
+    message(STATUS "tessel: ${name} not found (library: ${${library_var}}, ${header}: ${${include_var}}); "
+                   "tessel::cuda builds without it. Install it (with the CUDA toolkit, the system's packages, or "
+                   "pip install nvidia-${name}-cu13), or pass -D${library_var}=... -D${include_var}=...")
   endif()
 endfunction()

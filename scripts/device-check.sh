@@ -48,24 +48,6 @@ if compgen -G ".deps/*.deb" >/dev/null; then
   fi
 fi
 
-# 1b. NCCL and cuDNN may be on the image only as PyTorch's wheels (nvidia-nccl-cu13,
-#     nvidia-cudnn-cu13: a versioned libnccl.so.2 / libcudnn.so.9, headers under site-packages),
-#     which find_library(nccl) and the compilers' include path do not see; without NCCL tessel::dist
-#     and the targets using it would not build. Point the build at the wheels' files.
-vendor_flags=""
-for spec in nccl:2 cudnn:9; do
-  lib=${spec%%:*} major=${spec##*:}
-  compgen -G "/usr/local/cuda*/lib*/lib$lib.so" >/dev/null || compgen -G "/usr/lib/x86_64-linux-gnu/lib$lib.so" >/dev/null && continue
-  root=$(python3 -c "import importlib; print(list(importlib.import_module('nvidia.$lib').__path__)[0])" 2>/dev/null) || continue
-  [ -e "$root/lib/lib$lib.so.$major" ] && [ -d "$root/include" ] || continue
-  prefix_args+=("-DTESSEL_${lib^^}_LIBRARY=$root/lib/lib$lib.so.$major")
-  vendor_flags+=" -isystem $root/include"
-  export CPATH="$root/include${CPATH:+:$CPATH}"  # for the find_package consumer's own configure too
-  export LD_LIBRARY_PATH="$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  row "$lib" "info" "PyTorch's wheel: $root"
-done
-[ -n "$vendor_flags" ] && prefix_args+=("-DCMAKE_CXX_FLAGS=$vendor_flags" "-DCMAKE_CUDA_FLAGS=$vendor_flags")
-
 # 2. Configure and build everything for this GPU, under one cap. The static kernel report is left
 #    out: CI runs it without a GPU, and its one large translation unit would be the build's longest
 #    step here. Tests at -O1 as the cuda preset builds them (their host code is checking loops);
@@ -90,6 +72,12 @@ else
   printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
   exit 1
 fi
+# Where the configure found cuDNN and NCCL: the toolkit, else PyTorch's wheels (nvidia-cudnn-cu13,
+# nvidia-nccl-cu13; cmake/tesselTargets.cmake). Without NCCL tessel::dist and its targets are not built.
+for lib in cudnn nccl; do
+  found=$(sed -n "s/^TESSEL_${lib^^}_LIBRARY:FILEPATH=//p" "$build/CMakeCache.txt" 2>/dev/null)
+  row "$lib" "info" "${found:-not found (see build.log)}"
+done
 
 # 3. The whole test suite on the GPU, and beside it (4.) compute-sanitizer on the kernel tests. The
 #    compile-only entries (every header alone, the kernel budgets: minutes of nvcc that CI runs
