@@ -14,6 +14,14 @@
 #define TESSEL_KERNEL_COMPILER_CUDA 1
 #endif
 
+// `#pragma unroll` for a __host__ __device__ function: nvcc's device compile unrolls, and the host
+// compiler, which does not know the pragma (g++ warns under -Wall), is given nothing.
+#if defined(__CUDA_ARCH__)
+#define TESSEL_PRAGMA_UNROLL _Pragma("unroll")
+#else
+#define TESSEL_PRAGMA_UNROLL
+#endif
+
 namespace tessel {
 // The backend this build runs on.
 enum class Backend { cuda, sim };

@@ -83,7 +83,7 @@ struct Divisor<std::uint64_t> {
 // are and the coordinates stay in registers (a loop bounded by `rank` copies both to local memory).
 template <int MaxRank, class I, class F>
 __host__ __device__ inline void for_each_coordinate(I i, int rank, const Divisor<I>* shape, F&& f) {
-#pragma unroll
+TESSEL_PRAGMA_UNROLL
     for (int d = MaxRank - 1; d >= 0; --d) {
         if (d < rank) {
             I coordinate;

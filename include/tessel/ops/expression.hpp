@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../core/backend.hpp"
 #include "../tensor/tensor.hpp"
 #include "functors.hpp"
 
@@ -164,7 +165,7 @@ private:
     __host__ __device__ std::int64_t offset(const CoordIndex<I>& idx) const {
         std::int64_t o = 0;
         // Unrolled to max_rank with a guard: the caller's coordinates stay in registers.
-#pragma unroll
+TESSEL_PRAGMA_UNROLL
         for (int d = 0; d < max_rank; ++d)
             if (d < idx.rank) o += std::int64_t(idx.coord[d]) * stride[d];
         return o;

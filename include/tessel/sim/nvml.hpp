@@ -413,10 +413,11 @@ TESSEL_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo
     TESSEL_SIM_NVML_DEVICE(device, i)
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
     *pci = {};
-    pci->bus = unsigned(i);
+    const unsigned bus = unsigned(i) & 0xFFu;  // a PCI bus number is 8 bits (and fits the legacy id's 16 bytes)
+    pci->bus = bus;
     pci->pciDeviceId = 0x233510DEu;  // an H200's device id with NVIDIA's vendor id
-    std::snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", unsigned(i));
-    std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", unsigned(i));
+    std::snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", bus);
+    std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", bus);
     return NVML_SUCCESS;
 }
 TESSEL_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
