@@ -105,13 +105,18 @@ endfunction()
 # holds lib/lib<name>.so.<major> (no unversioned link to find) and include/. The header is taken from
 # beside the library where it is there (a toolkit's nccl.h with a wheel's newer libnccl would declare
 # the wrong version), and the library only with its header. -DTESSEL_<NAME>_LIBRARY=... and
-# -DTESSEL_<NAME>_INCLUDE_DIR=... choose others, -DTESSEL_PYTHON=... the Python whose wheels are
-# searched (python3 on the PATH by default). Sets those two cache entries and says what it found.
+# -DTESSEL_<NAME>_INCLUDE_DIR=... choose others (=OFF leaves the library out), -DTESSEL_PYTHON=...
+# the Python whose wheels are searched (python3 on the PATH by default). Sets those two cache
+# entries and says what it found.
 function(tessel_find_vendor_library name header major toolkit_lib_dir toolkit_include_dirs)
   string(TOUPPER "${name}" upper)
   set(library_var TESSEL_${upper}_LIBRARY)
   set(include_var TESSEL_${upper}_INCLUDE_DIR)
   find_library(${library_var} NAMES ${name} HINTS ${toolkit_lib_dir})
+  if(NOT ${library_var} AND NOT "${${library_var}}" MATCHES "NOTFOUND$")
+    message(STATUS "tessel: ${name} left out (${library_var}=${${library_var}})")
+    return()
+  endif()
   if(NOT ${library_var})
     # A wheel's folder, from the package's own search path (nvidia is a namespace package, so its
     # parts may lie in several site-packages folders).
@@ -137,12 +142,23 @@ print(";".join(spec.submodule_search_locations or []) if spec else "", end="")
       endif()
     endforeach()
   endif()
+  # A library changed since the last configure (given anew, or searched again after -U) takes the
+  # header beside it again, unless the header's folder was changed too.
+  set(pair_var _TESSEL_${upper}_PAIR)
+  if(DEFINED CACHE{${pair_var}})
+    list(GET ${pair_var} 0 paired_library)
+    list(GET ${pair_var} 1 paired_include)
+    if(NOT "${${library_var}}" STREQUAL "${paired_library}" AND "${${include_var}}" STREQUAL "${paired_include}")
+      unset(${include_var} CACHE)
+    endif()
+  endif()
   if(${library_var})
     get_filename_component(beside "${${library_var}}/../../include" ABSOLUTE)
     find_path(${include_var} ${header} HINTS "${beside}" ${toolkit_include_dirs})
   else()
     set(${include_var} "${include_var}-NOTFOUND" CACHE PATH "the folder of ${header}")
   endif()
+  set(${pair_var} "${${library_var}};${${include_var}}" CACHE INTERNAL "")
   if(${library_var} AND ${include_var})
     message(STATUS "tessel: ${name}: ${${library_var}} (${header} in ${${include_var}})")
   else()

@@ -74,9 +74,15 @@ else
 fi
 # Where the configure found cuDNN and NCCL: the toolkit, else PyTorch's wheels (nvidia-cudnn-cu13,
 # nvidia-nccl-cu13; cmake/tesselTargets.cmake). Without NCCL tessel::dist and its targets are not built.
+# Linked only with its header (both entries set, neither *-NOTFOUND or OFF).
 for lib in cudnn nccl; do
-  found=$(sed -n "s/^TESSEL_${lib^^}_LIBRARY:FILEPATH=//p" "$build/CMakeCache.txt" 2>/dev/null)
-  row "$lib" "info" "${found:-not found (see build.log)}"
+  library=$(sed -n "s/^TESSEL_${lib^^}_LIBRARY:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null)
+  include=$(sed -n "s/^TESSEL_${lib^^}_INCLUDE_DIR:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null)
+  if [[ -n $library && -n $include && $library != *NOTFOUND && $include != *NOTFOUND && $library != OFF ]]; then
+    row "$lib" "info" "$library (header in $include)"
+  else
+    row "$lib" "info" "not found (library: ${library:-none}, header: ${include:-none}; see build.log)"
+  fi
 done
 
 # 3. The whole test suite on the GPU, and beside it (4.) compute-sanitizer on the kernel tests. The

@@ -13,12 +13,18 @@ function(touch)
     file(WRITE "${WORK_DIR}/${f}" "")
   endforeach()
 endfunction()
-# expect(<case> <PYTHONPATH> <expected library|include, relative to WORK_DIR, or NOTFOUND>)
+# The lookup's Python without its site-packages (-S), so that wheels installed on this machine
+# (PyTorch's) do not join the made-up ones; PYTHONPATH still applies.
+file(WRITE "${WORK_DIR}/python-S" "#!/bin/sh\nexec \"${PYTHON}\" -S \"$@\"\n")
+file(CHMOD "${WORK_DIR}/python-S" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+# expect(<case> <PYTHONPATH> <expected library|include, relative to WORK_DIR, or NOTFOUND> [-D...]):
+# configures <case>/build (again, if it exists) with the -D arguments given.
 function(expect case pythonpath expected)
   set(build "${WORK_DIR}/${case}/build")
   execute_process(COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${pythonpath}"
                           ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/consumer/vendor_lookup" -B "${build}"
-                          "-DTESSEL_SOURCE_DIR=${SOURCE_DIR}" "-DTOOLKIT=${WORK_DIR}/${case}/toolkit" "-DTESSEL_PYTHON=${PYTHON}"
+                          "-DTESSEL_SOURCE_DIR=${SOURCE_DIR}" "-DTOOLKIT=${WORK_DIR}/${case}/toolkit"
+                          "-DTESSEL_PYTHON=${WORK_DIR}/python-S" ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   file(READ "${build}/found.txt" found)
   string(REPLACE "${WORK_DIR}/" "" found "${found}")
@@ -29,7 +35,7 @@ function(expect case pythonpath expected)
     set(failures ${failures} PARENT_SCOPE)
   else()
     string(REGEX MATCH "tessel: nccl[^\n]*" said "${out}")
-    message("ok ${case}: ${said}")
+    message("ok ${case} ${ARGN}: ${said}")
   endif()
 endfunction()
 
@@ -54,7 +60,16 @@ expect(namespace "${WORK_DIR}/namespace/a:${WORK_DIR}/namespace/b"
 # 5. A wheel's library without its header is not taken (the build would not compile against it).
 touch(no-header/site/nvidia/nccl/lib/libnccl.so.2)
 expect(no-header "${WORK_DIR}/no-header/site" "NOTFOUND|NOTFOUND")
-# 6. Nowhere: not found, and the configure goes on.
+# 6. A library given anew on a re-configure takes the header beside it, not the one cached before.
+touch(reconfigure/toolkit/lib64/libnccl.so reconfigure/toolkit/include/nccl.h
+      reconfigure/wheel/nvidia/nccl/lib/libnccl.so.2 reconfigure/wheel/nvidia/nccl/include/nccl.h)
+expect(reconfigure "" "reconfigure/toolkit/lib64/libnccl.so|reconfigure/toolkit/include")
+expect(reconfigure "" "reconfigure/wheel/nvidia/nccl/lib/libnccl.so.2|reconfigure/wheel/nvidia/nccl/include"
+       "-DTESSEL_NCCL_LIBRARY=${WORK_DIR}/reconfigure/wheel/nvidia/nccl/lib/libnccl.so.2")
+# 7. =OFF leaves the library out, a wheel there or not.
+touch(off/site/nvidia/nccl/lib/libnccl.so.2 off/site/nvidia/nccl/include/nccl.h)
+expect(off "${WORK_DIR}/off/site" "OFF|" -DTESSEL_NCCL_LIBRARY=OFF)
+# 8. Nowhere: not found, and the configure goes on.
 file(MAKE_DIRECTORY "${WORK_DIR}/nowhere/site")
 expect(nowhere "${WORK_DIR}/nowhere/site" "NOTFOUND|NOTFOUND")
 
