@@ -195,15 +195,13 @@ inline EvaluationPlan plan_evaluation(const void* out_data, const Layout& out, s
     plan.contiguous = it.shape.size() == 1 && it.out_strides[0] == 1 &&
                       std::all_of(leaves.begin(), leaves.end(), [](const LeafPlan& l) { return l.strides[0] == 0 || l.strides[0] == 1; });
     // Rank 2 with every column stride 0 or 1 and every row start aligned to V: the row kernel.
-    const std::int64_t v = V;
-    bool rows = V > 1 && !plan.contiguous && it.shape.size() == 2 && it.shape[1] >= v && it.shape[1] <= plan.limit &&
-                it.out_strides[1] == 1 && it.out_strides[0] % v == 0 && aligned(out_data, std::size_t(V) * out_size);
+    plan.rows = V > 1 && !plan.contiguous && it.shape.size() == 2 && it.shape[1] >= V && it.shape[1] <= plan.limit &&
+                it.out_strides[1] == 1 && it.out_strides[0] % V == 0 && aligned(out_data, std::size_t(V) * out_size);
     for (const LeafPlan& l : leaves)
-        rows = rows && (l.strides[1] == 0 || (l.strides[1] == 1 && l.strides[0] % v == 0 && aligned(l.data, std::size_t(V) * l.element_size)));
-    bool vector = plan.contiguous && V > 1 && aligned(out_data, std::size_t(V) * out_size);
-    for (const LeafPlan& l : leaves) vector = vector && (l.strides[0] == 0 || aligned(l.data, std::size_t(V) * l.element_size));
-    plan.rows = rows;
-    plan.vector = vector;
+        plan.rows = plan.rows && (l.strides[1] == 0 || (l.strides[1] == 1 && l.strides[0] % V == 0 &&
+                                                        aligned(l.data, std::size_t(V) * l.element_size)));
+    plan.vector = plan.contiguous && V > 1 && aligned(out_data, std::size_t(V) * out_size);
+    for (const LeafPlan& l : leaves) plan.vector = plan.vector && (l.strides[0] == 0 || aligned(l.data, std::size_t(V) * l.element_size));
     // One launch per piece (one in all up to 2^31 - 16 elements): the operands' pointers moved to the
     // piece's first element; a piece of a flat iteration starts on a multiple of 16 elements, so the
     // alignment found above holds for every piece.
@@ -219,9 +217,9 @@ inline void move_to_piece(std::vector<LeafPlan>& leaves, const std::vector<const
         leaves[k].data = static_cast<const char*>(first[k]) + offset_of(p.origin, leaves[k].strides) * std::int64_t(leaves[k].element_size);
 }
 
-// Blocks of `threads` for `work` items, at least one and at most `cap`.
+// Blocks of `threads` for `work` items, at least one and at most `cap` (max_blocks: at least one).
 inline unsigned blocks_for_work(std::int64_t work, unsigned threads, std::int64_t cap) {
-    return unsigned(std::max<std::int64_t>(1, std::min<std::int64_t>((work + threads - 1) / threads, cap)));
+    return unsigned(std::clamp<std::int64_t>((work + threads - 1) / threads, 1, cap));
 }
 
 }  // namespace detail
