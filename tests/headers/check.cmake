@@ -59,10 +59,16 @@ foreach(h IN LISTS headers)
     endif()
   else()
     # The host compiler first; nvcc (about 10 s a header) only where it can differ (see the top).
+    # The compile-as-CUDA message is an #error, so the preprocessor alone finds it (0.4 s instead
+    # of the 4 s of a full host compile of ops/reduce.hpp, which would stop at the same message).
     file(WRITE "${WORK_DIR}/${id}.cpp" "#include <${h}>\nint main() { return 0; }\n")
-    execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_CUDA=1 ${includes} -Wall -Wextra -Werror -fsyntax-only
-                            "${WORK_DIR}/${id}.cpp"
+    execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_CUDA=1 ${includes} -E -o /dev/null "${WORK_DIR}/${id}.cpp"
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(rc EQUAL 0)
+      execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_CUDA=1 ${includes} -Wall -Wextra -Werror -fsyntax-only
+                              "${WORK_DIR}/${id}.cpp"
+                      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    endif()
     file(READ "${SOURCE_DIR}/include/${h}" text)
     set(use_nvcc FALSE)
     if(text MATCHES "__CUDACC__|__CUDA_ARCH__|__device__|__host__|__global__|TESSEL_KERNEL_COMPILER_CUDA")

@@ -214,6 +214,7 @@ TEMPLATE_TEST_CASE("mma_matmul equals the exact product of integer-valued bf16/f
     run_case<TestType, TestType, Small, true>({699, 150, 40}, Values::integers, seed++);
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 TEMPLATE_TEST_CASE("mma_matmul of random reals stays within fp32 accumulation's bound", "[kernels][matmul][mma][slow_under_tsan]",
                    __nv_bfloat16, __half) {
     if (tessel::device_count() == 0) return;
@@ -222,6 +223,7 @@ TEMPLATE_TEST_CASE("mma_matmul of random reals stays within fp32 accumulation's 
     run_case<TestType, float, Wide>({3, 130, 1000}, Values::reals, 13);
     run_case<TestType, TestType, Large, true>({300, 259, 77}, Values::reals, 14);
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 TEST_CASE("mma_matmul on int8 tensor cores equals the exact int32 product, and requantises to int8", "[kernels][matmul][mma]") {
     if (tessel::device_count() == 0) return;
@@ -300,8 +302,10 @@ TEST_CASE("mma_matmul on TF32 tensor cores: exact for tf32-representable inputs,
     run_case<float, float, Small, true>({130, 40, 50, 0, 0, 1, 1.f, 1.f, false, 1}, Values::integers, seed++);
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // 136M multiply-adds: about 6 minutes under ThreadSanitizer, where the small real case above runs.
 TEST_CASE("mma_matmul on TF32 tensor cores: random reals over many tiles", "[kernels][matmul][mma][slow_under_tsan]") {
     if (tessel::device_count() == 0) return;
     run_case<float, float, Large, true>({515, 1029, 263}, Values::reals, 300);
 }
+#endif  // TESSEL_TEST_UNDER_TSAN

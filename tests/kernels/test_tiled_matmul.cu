@@ -75,6 +75,7 @@ TEST_CASE("tiled_matmul<__half> with float accumulation matches the reference", 
     for (const Shape& s : shapes) run_case<__half, float, Tile64>(s.m, s.n, s.k, 1.0, 0.0, seed++);
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // More row tiles than grid.y holds (65535): the grid stops at 65535 and each block walks row tiles
 // (before, m > 65535 * TileM launched a grid.y the device refuses). One-row tiles keep it small:
 // 65535 + 37 rows, so blocks 0..36 take a second tile and the last one is partial in n.
@@ -85,3 +86,4 @@ TEST_CASE("tiled_matmul with more row tiles than grid.y holds", "[kernels][matmu
     CHECK(TileRow::grid(m, 33).x == 2u);
     run_case<float, float, TileRow>(m, 33, 5, 1.0, 0.0, 91);
 }
+#endif  // TESSEL_TEST_UNDER_TSAN

@@ -304,6 +304,7 @@ TEST_CASE("float to integer casts truncate and saturate; NaN gives 0", "[ops][ca
     CHECK((!h({0}) && !h({1}) && h({2}) && h({3})));  // NaN is non-zero, as in C++ and PyTorch
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // to<U>() of device tensors: one kernel per conversion (a gather first for a strided view), for
 // every pair of the 11 dtypes, against the rules written out above on 1001-1035 values (an odd
 // count: the vector kernel's tail runs), a view one element in (the element kernel) and a transpose.
@@ -312,6 +313,7 @@ TEMPLATE_TEST_CASE("to<U>() converts device tensors on the device, every pair of
                    bool) {
     check_to_every_dtype<TestType>(static_cast<AllDtypes*>(nullptr));
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // arange() of device memory: one kernel, start + i * step computed in double (one fused
 // multiply-add, as on the host) and converted by the same rules; odd counts, a negative step, steps that round in the narrow

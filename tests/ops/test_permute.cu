@@ -57,6 +57,7 @@ void check_view(const std::string& what, const Tensor<T>& dev, const Tensor<T>& 
 
 }  // namespace
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 TEMPLATE_TEST_CASE("contiguous() of permuted, sliced and broadcast device views", "[ops][permute][slow_under_tsan]", std::int8_t, __half, float,
                    double) {
     using T = TestType;
@@ -88,6 +89,7 @@ TEMPLATE_TEST_CASE("contiguous() of permuted, sliced and broadcast device views"
         check_view("broadcast, transposed", d.expand({31, 33}).transpose(0, 1), h.expand({31, 33}).transpose(0, 1));
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // The tiled transpose moves 16-byte chunks where every row on both sides is aligned to them, and
 // 4-byte chunks of 1- and 2-byte elements where rows are aligned to those; partial tiles and

@@ -123,7 +123,7 @@ double abs_sum(const std::vector<double>& v) {
     for (double x : v) s += std::fabs(x);
     return double(s);
 }
-double l2_of(const std::vector<double>& v) {
+[[maybe_unused]] double l2_of(const std::vector<double>& v) {  // (the sweeps only: not in the TSan build)
     long double s = 0;
     for (double y : v) s += (long double)y * y;
     return double(std::sqrt(s));
@@ -138,7 +138,7 @@ double variance(const std::vector<double>& v, int correction) {
 }
 
 // mean(x^2): the magnitude the variance's rounding errors scale with.
-double second_moment(const std::vector<double>& v) {
+[[maybe_unused]] double second_moment(const std::vector<double>& v) {
     long double s = 0;
     for (double y : v) s += (long double)y * y;
     return double(s / (long double)v.size());
@@ -167,6 +167,7 @@ const std::vector<Case> cases = {
 
 }  // namespace
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][reduce][slow_under_tsan]", float, double, __nv_bfloat16) {
     using T = TestType;
     // Accumulation in float (double for double): the error of n additions is at most about
@@ -211,6 +212,7 @@ TEMPLATE_TEST_CASE("sum, mean, norms, var and std match double loops", "[ops][re
                         [&](const auto& v) { return tol(20 * std::sqrt(second_moment(v)), std::sqrt(variance(v, 0))) + 1e-12; });
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // Multiples of 1/16 in [-1, 1]: every partial sum of up to 2^20 of them is exact in float, so a
 // sum in any order must equal the reference exactly, and an element dropped or added twice shows
@@ -223,6 +225,7 @@ Input<T> exactly_summable(const Shape& s, std::uint64_t seed) {
     return {from_host<T>(std::span<const T>(v), s), from_host<T>(std::span<const T>(v), s, {.space = MemorySpace::host})};
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 TEMPLATE_TEST_CASE("sums of multiples of 1/16 are exact on every path", "[ops][reduce][slow_under_tsan]", float, double) {
     using T = TestType;
     for (const Case& c : cases) {
@@ -321,6 +324,7 @@ TEMPLATE_TEST_CASE("argmax and argmin with NaNs, infinities and ties on every pa
         }
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // A fold of a group scales each value before adding (no overflow to inf), as Welford's
 // per-element update never summed them, and adds the scaled values pairwise, so that equal values
@@ -480,6 +484,7 @@ Input<float> expression_values(const Shape& shape, F&& value_at) {
     return {empty<float>(shape), h};
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // (The warp shuffles of ~2000 outputs are slow with OS-thread blocks: the race check runs the light
 // case below instead.)
 TEST_CASE("reductions of expressions are fused: one pass, nothing materialised", "[ops][reduce][slow_under_tsan]") {
@@ -517,6 +522,7 @@ TEST_CASE("reductions of expressions are fused: one pass, nothing materialised",
     CHECK_THROWS_WITH(sum(a.dev * a.host), Catch::Contains("operand 1") && Catch::Contains("host memory"));
     CHECK_THROWS_WITH(sum(a.dev * b.dev, {2}), Catch::Contains("axis 2 out of range"));
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 TEST_CASE("a fused reduction, small enough for the race check", "[ops][reduce]") {
     auto a = random_input<float>({5, 67}, 31), b = random_input<float>({67}, 32);
@@ -552,6 +558,7 @@ std::uint64_t launches_of(F&& run) {
     return count;
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // With the piece limit lowered to 1000 elements (ops/pieces.hpp), reductions run as they would on
 // tensors of 2^31 elements or more: pieces of whole outputs while an output's elements fit in one
 // (a launch per piece), else pieces inside each output whose partial accumulators one last launch
@@ -644,6 +651,7 @@ TEST_CASE("split pieces of reductions over the piece limit", "[ops][reduce][piec
         if (backend == Backend::sim) CHECK(launches_of([&] { (void)sum(x.dev, {1}); }) == (k == 4500 ? 2 * 2 : 2 * 3 + 1));
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 #if defined(TESSEL_BACKEND_CUDA)
 // On a GPU: tessel's sums next to CUB's on the same inputs, both within the float bound of the

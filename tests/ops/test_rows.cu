@@ -64,6 +64,7 @@ std::vector<double> softmax_ref(const std::vector<double>& x, std::int64_t c, bo
 
 }  // namespace
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][slow_under_tsan]", float, double, __nv_bfloat16,
                    __half) {
     using T = TestType;
@@ -86,6 +87,7 @@ TEMPLATE_TEST_CASE("softmax and log_softmax along the last axis", "[ops][rows][s
         }
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // Attention masks put -inf into rows: lanes or threads that see only -inf must not turn the row into
 // NaN; a row that is all -inf, or holds a NaN or a +inf, is NaN throughout (as in PyTorch). Also the
@@ -167,6 +169,7 @@ TEST_CASE("softmax of bf16 keeps subnormal probabilities", "[ops][rows]") {
     }
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // The same masks on rows that take the block path with the row cached (5000), the cluster path
 // (58200 floats: 2 blocks, so row 0's first half is one block's whole slice, which must add exp = 0
 // to the row, not NaN) and the two-read path (470001: whole groups of 4 vectors of -inf fold first).
@@ -192,6 +195,7 @@ TEST_CASE("softmax of masked rows on the block, cluster and two-read paths", "[o
         compare(log_softmax(x), softmax_ref(xv, cols, true), 2e-5, 1e-5, "log_softmax");
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // Rows just over one block's shared memory: clusters of two blocks, whose statistics meet through
 // distributed shared memory; three rows, so that a cluster takes more than one and rewrites its
@@ -255,6 +259,7 @@ TEST_CASE("softmax of 2^31 logits (GPU only)", "[ops][rows][large]") {
     }
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 // Rows beyond a cluster of 8 blocks' shared memory (8 x 227 KiB = 464k floats) are read twice.
 TEST_CASE("rows too long for a cluster take the two-read path", "[ops][rows][slow_under_tsan]") {
     for (std::int64_t cols : {470001, 470004}) {
@@ -405,6 +410,7 @@ TEMPLATE_TEST_CASE("rows of any length and offset take 16-byte vectors", "[ops][
         }
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
 
 // Rows of at most 64 share a warp: a thread per row up to 8 values (a router's softmax over 8
 // experts), 8 lanes per row up to 64 (kernels/rows.cuh rows_per_warp's Lanes). Row counts that leave
@@ -512,6 +518,7 @@ TEST_CASE("a 0-d tensor is one row of one element along axis 0 or -1", "[ops][ro
     CHECK_THROWS_WITH(softmax(x, 1), Catch::Contains("axis 1 out of range for a 0-d tensor"));
 }
 
+#ifndef TESSEL_TEST_UNDER_TSAN  // [slow_under_tsan]: not built under ThreadSanitizer (tests/CMakeLists.txt)
 TEMPLATE_TEST_CASE("layer_norm and rms_norm with and without weight and bias", "[ops][rows][slow_under_tsan]", float, double,
                    __nv_bfloat16, __half) {
     using T = TestType;
@@ -646,3 +653,4 @@ TEMPLATE_TEST_CASE("fp8 rows on every path", "[ops][rows][slow_under_tsan]", __n
         }
     }
 }
+#endif  // TESSEL_TEST_UNDER_TSAN
