@@ -7,11 +7,14 @@
 #         device-side code or branches (__device__, __CUDA_ARCH__, ...). A header that compiles
 #         alone as host C++ and has no such text reads the same to nvcc, and an error nvcc alone
 #         would find in it fails the cuda preset's build (every header reaches a test nvcc compiles).
+# Each in the separate-runtime mode CMake's targets use, and header-only as well where the header
+# defines runtime code (see the loop).
 # The sim's own headers (tessel/sim/) are the sim backend: the CUDA build never includes them.
 # Inputs: -DSOURCE_DIR -DWORK_DIR -DBACKEND -DCXX -DCUDA_COMPILER -DCUDA_INCLUDE -DCUDA_ARCH, and
 # -DGROUP=<dir under include/tessel> to check one directory (ctest runs the groups in parallel),
 # -DPART/-DPARTS to check a share of it.
 cmake_minimum_required(VERSION 3.25)
+string(TOUPPER "${BACKEND}" BACKEND_MACRO)
 if(GROUP STREQUAL "top")
   file(GLOB headers RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/tessel/*.hpp")
 elseif(GROUP)
@@ -43,33 +46,52 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 # not the warning settings of the project's own sources (those build with -Werror).
 set(includes -isystem ${SOURCE_DIR}/include -isystem ${SOURCE_DIR}/kernels -isystem ${CUDA_INCLUDE})
 set(failed 0)
+set(checks 0)
 set(host_only 0)
 set(needs_cuda 0)
 set(by_nvcc 0)
 foreach(h IN LISTS headers)
   string(MAKE_C_IDENTIFIER "${h}" id)
-  if(BACKEND STREQUAL "sim")
-    file(WRITE "${WORK_DIR}/${id}.cpp" "#include <${h}>\n#include <${h}>  // twice: the include guard holds\nint main() { return 0; }\n")
-    execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_SIM=1 ${includes} -Wall -Wextra -Werror -fsyntax-only
-                            "${WORK_DIR}/${id}.cpp"
-                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-    if(NOT rc EQUAL 0)
-      message("FAILED (sim) ${h}:\n${out}")
-      math(EXPR failed "${failed} + 1")
+  file(READ "${SOURCE_DIR}/include/${h}" text)
+  # Each header as CMake's users compile it (tessel::sim and tessel::cuda define
+  # TESSEL_SEPARATE_RUNTIME: the runtime's definitions are compiled once, in its own source), and
+  # header-only (without it) where its own text holds some of those definitions (#if
+  # TESSEL_DEFINE_RUNTIME), whose includes must stand alone too. A header without such a block
+  # reads the same in both modes but for the definitions of the headers it includes, which their own
+  # checks cover; compiling them again in every check cost 7 of tessel.hpp's 10 s.
+  set(modes separate)
+  if(text MATCHES "TESSEL_DEFINE_RUNTIME")
+    list(APPEND modes header-only)
+  endif()
+  foreach(mode IN LISTS modes)
+    math(EXPR checks "${checks} + 1")
+    set(defines -DTESSEL_BACKEND_${BACKEND_MACRO}=1)
+    set(file "${WORK_DIR}/${id}")
+    if(mode STREQUAL "separate")
+      list(APPEND defines -DTESSEL_SEPARATE_RUNTIME=1)
+    else()
+      string(APPEND file "-header-only")
     endif()
-  else()
+    if(BACKEND STREQUAL "sim")
+      file(WRITE "${file}.cpp" "#include <${h}>\n#include <${h}>  // twice: the include guard holds\nint main() { return 0; }\n")
+      execute_process(COMMAND ${CXX} -std=c++20 ${defines} ${includes} -Wall -Wextra -Werror -fsyntax-only "${file}.cpp"
+                      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+      if(NOT rc EQUAL 0)
+        message("FAILED (sim, ${mode}) ${h}:\n${out}")
+        math(EXPR failed "${failed} + 1")
+      endif()
+      continue()
+    endif()
     # The host compiler first; nvcc (about 10 s a header) only where it can differ (see the top).
     # The compile-as-CUDA message is an #error, so the preprocessor alone finds it (0.4 s instead
     # of the 4 s of a full host compile of ops/reduce.hpp, which would stop at the same message).
-    file(WRITE "${WORK_DIR}/${id}.cpp" "#include <${h}>\nint main() { return 0; }\n")
-    execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_CUDA=1 ${includes} -E -o /dev/null "${WORK_DIR}/${id}.cpp"
+    file(WRITE "${file}.cpp" "#include <${h}>\nint main() { return 0; }\n")
+    execute_process(COMMAND ${CXX} -std=c++20 ${defines} ${includes} -E -o /dev/null "${file}.cpp"
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
     if(rc EQUAL 0)
-      execute_process(COMMAND ${CXX} -std=c++20 -DTESSEL_BACKEND_CUDA=1 ${includes} -Wall -Wextra -Werror -fsyntax-only
-                              "${WORK_DIR}/${id}.cpp"
+      execute_process(COMMAND ${CXX} -std=c++20 ${defines} ${includes} -Wall -Wextra -Werror -fsyntax-only "${file}.cpp"
                       RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
     endif()
-    file(READ "${SOURCE_DIR}/include/${h}" text)
     set(use_nvcc FALSE)
     if(text MATCHES "__CUDACC__|__CUDA_ARCH__|__device__|__host__|__global__|TESSEL_KERNEL_COMPILER_CUDA")
       set(use_nvcc TRUE)
@@ -80,29 +102,30 @@ foreach(h IN LISTS headers)
       math(EXPR needs_cuda "${needs_cuda} + 1")
       set(use_nvcc TRUE)
     else()
-      message("FAILED (host .cpp of the CUDA build) ${h}: neither compiles nor says it needs nvcc:\n${out}")
+      message("FAILED (host .cpp of the CUDA build, ${mode}) ${h}: neither compiles nor says it needs nvcc:\n${out}")
       math(EXPR failed "${failed} + 1")
     endif()
     if(use_nvcc)
       math(EXPR by_nvcc "${by_nvcc} + 1")
-      file(WRITE "${WORK_DIR}/${id}.cu" "#include <${h}>\n#include <${h}>\nint main() { return 0; }\n")
-      execute_process(COMMAND ${CUDA_COMPILER} -std=c++20 -arch=${CUDA_ARCH} -DTESSEL_BACKEND_CUDA=1 ${includes}
-                              -Werror=all-warnings -cuda "${WORK_DIR}/${id}.cu" -o "${WORK_DIR}/${id}.cu.ii"
+      file(WRITE "${file}.cu" "#include <${h}>\n#include <${h}>\nint main() { return 0; }\n")
+      execute_process(COMMAND ${CUDA_COMPILER} -std=c++20 -arch=${CUDA_ARCH} ${defines} ${includes}
+                              -Werror=all-warnings -cuda "${file}.cu" -o "${file}.cu.ii"
                       RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
       if(NOT rc EQUAL 0)
-        message("FAILED (nvcc .cu) ${h}:\n${out}")
+        message("FAILED (nvcc .cu, ${mode}) ${h}:\n${out}")
         math(EXPR failed "${failed} + 1")
       endif()
     endif()
-  endif()
+  endforeach()
 endforeach()
 list(LENGTH headers n)
 if(BACKEND STREQUAL "sim")
-  message("headers: ${n} compiled alone for the sim, ${failed} failed")
+  message("headers: ${n} in ${checks} checks (separate runtime, and header-only where a header defines runtime code) "
+          "compiled alone for the sim, ${failed} failed")
 else()
-  message("headers: ${n} checked; in host .cpp files ${host_only} compile and ${needs_cuda} stop with the "
-          "compile-as-CUDA message; ${by_nvcc} compiled alone by nvcc (those and the ones with device-side code); "
-          "${failed} failed")
+  message("headers: ${n} in ${checks} checks (separate runtime, and header-only where a header defines runtime code); "
+          "in host .cpp files ${host_only} compile and ${needs_cuda} stop with the compile-as-CUDA message; ${by_nvcc} "
+          "compiled alone by nvcc (those and the ones with device-side code); ${failed} failed")
 endif()
 if(failed GREATER 0)
   message(FATAL_ERROR "${failed} header check(s) failed")
