@@ -5,7 +5,7 @@
 cmake_minimum_required(VERSION 3.25)
 file(STRINGS "${SOURCE}" expect_line REGEX "^// expect: ")
 string(REGEX REPLACE "^// expect: " "" expect "${expect_line}")
-set(flags -std=gnu++20 -fsyntax-only -x c++ -DTESSEL_BACKEND_SIM=1)
+set(flags -std=gnu++20 -fsyntax-only -x c++ -DTESSEL_BACKEND_SIM=1 -DTESSEL_SEPARATE_RUNTIME=1)  # as tessel::sim compiles a file
 foreach(dir IN LISTS INCLUDES)
   if(dir)
     list(APPEND flags -isystem ${dir})
