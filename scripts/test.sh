@@ -5,7 +5,7 @@
 #   sim-asan  the test suite and the bad-input suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #             (-Og), with the tensor-overrun checks
 #   sim-tsan  the test suite with a block's threads as OS threads under ThreadSanitizer, plus the race
-#             check
+#             check (without the sweeps and value tests that have no threads to race: docs/sim.md)
 #   cuda      every target built by nvcc for sm_90 with warnings as errors; its tests run on a GPU
 #             and report themselves skipped without one (then device code is built at -O0, the
 #             test programs' host code at -O0 and the rest at -O1; the kernel report compiles the
