@@ -56,11 +56,14 @@ foreach(h IN LISTS headers)
   # Each header as CMake's users compile it (tessel::sim and tessel::cuda define
   # TESSEL_SEPARATE_RUNTIME: the runtime's definitions are compiled once, in its own source), and
   # header-only (without it) where its own text holds some of those definitions (#if
-  # TESSEL_DEFINE_RUNTIME), whose includes must stand alone too. A header without such a block
-  # reads the same in both modes but for the definitions of the headers it includes, which their own
-  # checks cover; compiling them again in every check cost 7 of tessel.hpp's 10 s.
+  # TESSEL_DEFINE_RUNTIME) or declarations that become inline ones (TESSEL_API), whose includes
+  # must stand alone too; and memory/device_allocator.hpp, which allocator.hpp's definition block
+  # reaches (through caching_allocator.hpp) while device_allocator.hpp itself is half-read, an
+  # order only its own header-only check sees. Other headers read the same in both modes but for
+  # the definitions of the headers they include, which those headers' checks cover; compiling them
+  # again in every check cost 7 of tessel.hpp's 10 s.
   set(modes separate)
-  if(text MATCHES "TESSEL_DEFINE_RUNTIME")
+  if(text MATCHES "TESSEL_DEFINE_RUNTIME|TESSEL_API" OR h STREQUAL "tessel/memory/device_allocator.hpp")
     list(APPEND modes header-only)
   endif()
   foreach(mode IN LISTS modes)
