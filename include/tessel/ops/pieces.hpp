@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 #include "../core/error.hpp"
 #include "../tensor/layout.hpp"
@@ -54,12 +56,28 @@ inline std::int64_t offset_of(const Shape& origin, const Shape& strides) {
     return at;
 }
 
+// A callable that takes a Piece, held by reference for the length of a call: for_each_piece is then
+// one function instead of one per caller (each expression type's Assignment::run had its own, 850
+// bytes of code in the sim). The callable must outlive the call it is passed to.
+class PieceVisitor {
+public:
+    template <class F>
+        requires(!std::is_same_v<std::remove_cvref_t<F>, PieceVisitor> && std::is_invocable_v<F&, const Piece&>)
+    PieceVisitor(F&& f)  // NOLINT(google-explicit-constructor): a lambda converts where for_each_piece is called
+        : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+          call_([](void* object, const Piece& p) { (*static_cast<std::remove_reference_t<F>*>(object))(p); }) {}
+    void operator()(const Piece& p) const { call_(object_, p); }
+
+private:
+    void* object_;
+    void (*call_)(void*, const Piece&);
+};
+
 // Calls f(piece) for boxes that cover `shape` in row-major order, each of at most `limit` elements
 // (limit >= 16): the whole iteration when it fits; otherwise the dims outside the first dim d whose
 // inner dims fit in `limit` are taken one index at a time, and dim d in runs of as many whole inner
 // blocks as fit (a multiple of 16 indices when d is the last dim, keeping vector alignment).
-template <class F>
-void for_each_piece(const Shape& shape, std::int64_t limit, F&& f) {
+inline void for_each_piece(const Shape& shape, std::int64_t limit, PieceVisitor f) {
     const int rank = shape.size();
     std::int64_t n = 1;
     for (int d = 0; d < rank; ++d) n *= shape[d];

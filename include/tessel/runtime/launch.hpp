@@ -63,6 +63,23 @@ struct SimKernelCall final : sim::LaunchSpec {
         std::apply(c->fn, c->params);  // each CUDA thread gets its own copy of the parameters
     }
 };
+
+// The part of a sim launch that does not depend on the kernel's parameters: compiled once per file,
+// not once per kernel (a third of each launch's code in the sim). `cluster` null: a plain launch,
+// which then checks the last error as cudaGetLastError after <<<>>> would.
+inline void sim_launch(const void* kernel, const GridDim& grid, dim3 block, std::size_t dynamic_smem, rt::stream_t stream,
+                       std::shared_ptr<sim::LaunchSpec> call, const char* what, const dim3* cluster = nullptr) {
+    call->launch_file = grid.site.file_name();
+    call->launch_line = grid.site.line();
+    if (cluster) {
+        rt::check(sim::api::launch_kernel(kernel, grid.dims, block, dynamic_smem, stream, std::move(call), *cluster), what, grid.site);
+        return;
+    }
+    rt::check(sim::api::launch_kernel(kernel, grid.dims, block, dynamic_smem, stream, std::move(call)), what, grid.site);
+    // As cudaGetLastError after <<<>>> on CUDA: an error some earlier call left behind (a query's
+    // NotReady not cleared) fails here, so the sim shows what the GPU would.
+    rt::check(sim::api::cudaGetLastError(), what, grid.site);
+}
 #endif
 }  // namespace detail
 
@@ -71,14 +88,8 @@ void launch(void (*kernel)(P...), GridDim grid, dim3 block, std::size_t dynamic_
     static_assert(sizeof...(P) == sizeof...(A), "tessel::launch: the number of arguments does not match the kernel's parameters");
     static_assert((std::is_convertible_v<A&&, P> && ...), "tessel::launch: an argument does not convert to the kernel's parameter type");
 #if defined(TESSEL_BACKEND_SIM)
-    auto call = std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...);
-    call->launch_file = grid.site.file_name();
-    call->launch_line = grid.site.line();
-    rt::check(sim::api::launch_kernel(reinterpret_cast<const void*>(kernel), grid.dims, block, dynamic_smem, stream, call),
-              "tessel::launch", grid.site);
-    // As cudaGetLastError after <<<>>> on CUDA: an error some earlier call left behind (a query's
-    // NotReady not cleared) fails here, so the sim shows what the GPU would.
-    rt::check(sim::api::cudaGetLastError(), "tessel::launch", grid.site);
+    detail::sim_launch(reinterpret_cast<const void*>(kernel), grid, block, dynamic_smem, stream,
+                       std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...), "tessel::launch");
 #else
     kernel<<<grid.dims, block, dynamic_smem, stream>>>(P(std::forward<A>(args))...);
     rt::check(cudaGetLastError(), "tessel::launch", grid.site);
@@ -94,11 +105,8 @@ void launch_cluster(void (*kernel)(P...), GridDim grid, dim3 block, dim3 cluster
     static_assert(sizeof...(P) == sizeof...(A), "tessel::launch_cluster: the number of arguments does not match the kernel's parameters");
     static_assert((std::is_convertible_v<A&&, P> && ...), "tessel::launch_cluster: an argument does not convert to the kernel's parameter type");
 #if defined(TESSEL_BACKEND_SIM)
-    auto call = std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...);
-    call->launch_file = grid.site.file_name();
-    call->launch_line = grid.site.line();
-    rt::check(sim::api::launch_kernel(reinterpret_cast<const void*>(kernel), grid.dims, block, dynamic_smem, stream, call, cluster),
-              "tessel::launch_cluster", grid.site);
+    detail::sim_launch(reinterpret_cast<const void*>(kernel), grid, block, dynamic_smem, stream,
+                       std::make_shared<detail::SimKernelCall<P...>>(kernel, std::forward<A>(args)...), "tessel::launch_cluster", &cluster);
 #else
     cudaLaunchConfig_t config{};
     config.gridDim = grid.dims;
