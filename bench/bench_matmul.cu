@@ -66,9 +66,11 @@ struct Mnk {
 };
 
 // c [M, N] = a [M, K] @ b [K, N] for T inputs and Out output on `policy`; b_columns: b is a weight
-// [N, K] transposed.
+// [N, K] transposed. cold_l2: every sample starts with the L2 flushed, as a layer's weights arrive
+// in a model (and as bench/torch_compare.py times PyTorch); otherwise operands that fit in L2 stay
+// there between samples.
 template <class T, class Out>
-void run_product(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dtype, Mnk p) {
+void run_product(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dtype, Mnk p, bool cold_l2) {
     const bool b_columns = !(dtype == Dtype::f32 || dtype == Dtype::bf16);
     const Tensor<T> a = operand<T>(p.m, p.k, 1), w = b_columns ? operand<T>(p.n, p.k, 2) : operand<T>(p.k, p.n, 2);
     const Tensor<T> b = b_columns ? w.transpose(0, 1) : w;
@@ -83,7 +85,7 @@ void run_product(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dty
         }
         e.a_scale = tessel::full<float>({1}, 1.f), e.b_scale = tessel::full<float>({1}, 1.f);
     }
-    tessel::bench::time_region(state, s, [&] { tessel::matmul(a, b, c, o, e); });
+    tessel::bench::time_region(state, s, [&] { tessel::matmul(a, b, c, o, e); }, {.flush_l2 = cold_l2});
     const double flops = 2.0 * double(p.m) * double(p.n) * double(p.k);
     const auto& ceil = tessel::bench::ceilings();
     tessel::bench::report_flops(state, flops, dtype == Dtype::f32 ? ceil.sgemm_tflops : dtype == Dtype::bf16 ? ceil.bf16_tflops : 0);
@@ -98,23 +100,23 @@ void run_product(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dty
                    std::to_string(p.n) + "x" + std::to_string(p.k));
 }
 
-void BM_matmul(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dtype, Mnk p) {
+void BM_matmul(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dtype, Mnk p, bool cold_l2) {
     switch (dtype) {
         case Dtype::f32:
-        case Dtype::tf32: return run_product<float, float>(state, policy, dtype, p);
-        case Dtype::bf16: return run_product<__nv_bfloat16, __nv_bfloat16>(state, policy, dtype, p);
-        case Dtype::int8: return run_product<std::int8_t, int>(state, policy, dtype, p);
-        case Dtype::e4m3: return run_product<__nv_fp8_e4m3, __nv_bfloat16>(state, policy, dtype, p);
+        case Dtype::tf32: return run_product<float, float>(state, policy, dtype, p, cold_l2);
+        case Dtype::bf16: return run_product<__nv_bfloat16, __nv_bfloat16>(state, policy, dtype, p, cold_l2);
+        case Dtype::int8: return run_product<std::int8_t, int>(state, policy, dtype, p, cold_l2);
+        case Dtype::e4m3: return run_product<__nv_fp8_e4m3, __nv_bfloat16>(state, policy, dtype, p, cold_l2);
     }
 }
 
 // Registers the hand-written (tessel) and library (cublas) rows of a problem for every dtype.
-void register_products(const std::string& family, const std::string& shape, Mnk p) {
+void register_products(const std::string& family, const std::string& shape, Mnk p, bool cold_l2) {
     for (Dtype d : {Dtype::f32, Dtype::tf32, Dtype::bf16, Dtype::int8, Dtype::e4m3}) {
         const std::string dt = std::string("/") + dtype_name(d) + "/" + shape;
         if (d != Dtype::e4m3)  // no hand-written fp8 kernel
-            benchmark::RegisterBenchmark((family + "/tessel" + dt).c_str(), tessel::bench::guarded(BM_matmul), tessel::MatmulPolicy::handwritten, d, p)->UseManualTime();
-        benchmark::RegisterBenchmark((family + "/cublas" + dt).c_str(), tessel::bench::guarded(BM_matmul), tessel::MatmulPolicy::library, d, p)->UseManualTime();
+            benchmark::RegisterBenchmark((family + "/tessel" + dt).c_str(), tessel::bench::guarded(BM_matmul), tessel::MatmulPolicy::handwritten, d, p, cold_l2)->UseManualTime();
+        benchmark::RegisterBenchmark((family + "/cublas" + dt).c_str(), tessel::bench::guarded(BM_matmul), tessel::MatmulPolicy::library, d, p, cold_l2)->UseManualTime();
     }
 }
 
@@ -137,17 +139,19 @@ void BM_matmul_openblas(benchmark::State& state, int n) {
 const bool registered = [] {
     const std::vector<int> sizes = sim() ? std::vector<int>{128} : std::vector<int>{1024, 2048, 4096, 8192};
     for (int n : sizes) {
-        register_products("BM_matmul", std::to_string(n), {n, n, n});
+        // Cold L2 where PyTorch has rows to compare (4096 and up: 32 MiB of int8 operands would fit).
+        register_products("BM_matmul", std::to_string(n), {n, n, n}, n >= 4096);
 #if defined(TESSEL_BENCH_HAS_OPENBLAS)
         if (n <= 4096)  // 8192^3 is seconds per product on a CPU
             benchmark::RegisterBenchmark(("BM_matmul/openblas/f32/" + std::to_string(n)).c_str(), tessel::bench::guarded(BM_matmul_openblas), n)->UseManualTime();
 #endif
     }
     // The names keep the full shape (the dispatch table's shape class reads it); the sim runs it cut.
+    // Cold L2: the decode shape's 32 MiB of weights would otherwise be read from L2, not memory.
     const std::int64_t cut = sim() ? 32 : 1;
     for (Mnk p : {Mnk{4096, 4096, 14336}, Mnk{8192, 1024, 8192}, Mnk{16, 4096, 4096}})
         register_products("BM_matmul_llm", std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k),
-                          {std::max<std::int64_t>(p.m / cut, 16), p.n / cut, p.k / cut});
+                          {std::max<std::int64_t>(p.m / cut, 16), p.n / cut, p.k / cut}, true);
     return true;
 }();
 

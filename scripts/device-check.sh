@@ -10,12 +10,12 @@
 # issues ask for (tests, benchmarks, PyTorch) come before the rest; compute-sanitizer runs beside
 # ctest (both only need correctness, not the GPU to themselves).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/device-check-out}
 build=${TESSEL_DEVICE_BUILD:-build/device}  # another folder only for a dry run (docs/device-check.md)
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-jobs=$(nproc)
+jobs=${TESSEL_DEVICE_JOBS:-$(nproc)}  # another count only for a dry run (docs/device-check.md)
 rows=()
 row() { rows+=("$(printf '%-28s %-8s %s' "$1" "$2" "$3")"); }
 # Seconds a step may take: its own cap, or what is left of the 465 s budget if less (at least 1:
@@ -52,26 +52,105 @@ fi
 #    out: CI runs it without a GPU, and its one large translation unit would be the build's longest
 #    step here. Tests at -O1 as the cuda preset builds them (their host code is checking loops);
 #    warnings do not stop the build: this machine's compiler may be newer than CI's and warn more.
+configure_args=(-G Ninja -DTESSEL_BACKEND=cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$cc"
+  -DTESSEL_KERNEL_REPORT=OFF -DTESSEL_TEST_OPTIMIZATION=-O1 -DTESSEL_WARNINGS_AS_ERRORS=OFF "${prefix_args[@]}")
 t0=$SECONDS
-cap=$(budget 270)
-#    What the later steps need most is built first (the test binary, the benchmarks, tessel-info),
-#    then the rest; ninja keeps going past a failing file (-k 0), and a build cut by its cap or
-#    failing somewhere goes on with the binaries it made (row PARTIAL).
-if timeout -k 10 "$cap" bash -c 'cmake -S . -B "$0" -G Ninja -DTESSEL_BACKEND=cuda -DCMAKE_BUILD_TYPE=Release \
-       -DCMAKE_CUDA_ARCHITECTURES="$1" -DTESSEL_KERNEL_REPORT=OFF -DTESSEL_TEST_OPTIMIZATION=-O1 \
-       -DTESSEL_WARNINGS_AS_ERRORS=OFF "${@:3}" &&
-       { cmake --build "$0" -j "$2" --target tessel_tests tessel-bench tessel-info -- -k 0; cmake --build "$0" -j "$2" -- -k 0; }' \
-     "$build" "$cc" "$jobs" "${prefix_args[@]}" >"$OUT/build.log" 2>&1; then
-  row "build (cuda, sm_$cc)" "ok" "$((SECONDS - t0)) s"
-elif [ -x "$build/tests/tessel_tests" ] || [ -x "$build/bench/tessel-bench" ]; then
-  row "build (cuda, sm_$cc)" "PARTIAL" "$((SECONDS - t0)) s; failed or cut: see build.log; going on with what was built"
-  tail -40 "$OUT/build.log"
-else
-  row "build (cuda, sm_$cc)" "FAILED" "see build.log"
-  tail -40 "$OUT/build.log"
-  printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
-  exit 1
+#    Binaries built on the development machine with this configuration (scripts/device-prebuild.sh,
+#    carried in .deps/prebuilt/) are used when they were built from this very tree for this
+#    architecture: configure here, unpack them into the build folder, and check that they start (the
+#    libraries they need are this machine's: the toolkit's, PyTorch's NCCL wheel, the unpacked
+#    packages). Then the build from source runs beside the tests and benchmarks on cores of its own
+#    (step 2b) instead of before them. Otherwise the build from source comes first, as below.
+ld_library_path_before=${LD_LIBRARY_PATH-}
+prebuilt=""; prebuilt_why="no .deps/prebuilt/sm_$cc.tar.xz (scripts/device-prebuild.sh)"
+pack=.deps/prebuilt/sm_$cc.tar.xz
+if [ -f "$pack" ]; then
+  if ! bash scripts/source-manifest.sh >/tmp/tessel-sources.sha256 2>&1; then
+    prebuilt_why="scripts/source-manifest.sh failed"
+  elif ! cmp -s /tmp/tessel-sources.sha256 .deps/prebuilt/sources.sha256; then
+    differ=$(diff .deps/prebuilt/sources.sha256 /tmp/tessel-sources.sha256 | sed -n 's/^[<>] [0-9a-f]*  //p' | sort -u)
+    prebuilt_why="built from another tree: $(grep -c . <<<"$differ") file(s) differ (changed, added or gone), e.g. $(head -3 <<<"$differ" | paste -sd' ')"
+  elif ! timeout -k 10 "$(budget 90)" cmake -S . -B "$build" "${configure_args[@]}" >"$OUT/build.log" 2>&1; then
+    prebuilt_why="the configure failed (build.log)"
+  elif ! { if command -v xz >/dev/null; then xz -dc "$pack"; else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$pack"; fi; } |
+         tar -C "$build" -xf - >>"$OUT/build.log" 2>&1; then
+    prebuilt_why="unpacking $pack failed (build.log)"
+  else
+    # The binaries' run paths name the development machine's folders; these are this machine's.
+    libdirs=$(sed -n 's/^\(CUDA_CUDART\|CUDA_cublas_LIBRARY\|CUDA_cublasLt_LIBRARY\|TESSEL_NCCL_LIBRARY\|TESSEL_CUDNN_LIBRARY\):FILEPATH=\(\/.*\)\/[^/]*$/\2/p' \
+      "$build/CMakeCache.txt" | awk '!seen[$0]++' | paste -sd:)
+    export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # not for PyTorch (step 6)
+    # Every library each binary needs is found (ldd says "not found" otherwise), and one starts.
+    missing=$(cd "$build" && grep -v '\.a$' "$OLDPWD/.deps/prebuilt/files.txt" | while read -r f; do
+      ldd "$f" 2>&1 | sed -n "s|^[[:space:]]*\([^ ]*\) => not found|$f: \1|p"; done)
+    echo "${missing:-every library found}" >>"$OUT/build.log"
+    if [ -z "$missing" ] && "$build/tools/tessel-info" --help >>"$OUT/build.log" 2>&1; then
+      prebuilt=yes
+      row "build (cuda, sm_$cc)" "prebuilt" "configured here, $(wc -l <.deps/prebuilt/files.txt) binaries from .deps/prebuilt ($(paste -sd' ' .deps/prebuilt/info)) ($((SECONDS - t0)) s)"
+    else
+      prebuilt_why="they do not start here: ${missing:-tessel-info --help failed} (build.log)"
+      tail -20 "$OUT/build.log"
+      (cd "$build" && tr '\n' '\0' <"$OLDPWD/.deps/prebuilt/files.txt" | xargs -0 rm -f)  # the build below makes its own
+    fi
+  fi
 fi
+if [ -z "$prebuilt" ]; then
+  [ -f "$pack" ] && row "prebuilt binaries" "unused" "$prebuilt_why"
+  t0=$SECONDS
+  cap=$(budget 270)
+  #  What the later steps need most is built first (the test binary, the benchmarks, tessel-info),
+  #  then the rest; ninja keeps going past a failing file (-k 0), and a build cut by its cap or
+  #  failing somewhere goes on with the binaries it made (row PARTIAL).
+  if timeout -k 10 "$cap" bash -c 'cmake -S . -B "$0" "${@:3}" &&
+         { cmake --build "$0" -j "$2" --target tessel_tests tessel-bench tessel-info -- -k 0; cmake --build "$0" -j "$2" -- -k 0; }' \
+       "$build" "$cc" "$jobs" "${configure_args[@]}" >>"$OUT/build.log" 2>&1; then
+    row "build (cuda, sm_$cc)" "ok" "$((SECONDS - t0)) s"
+  elif [ -x "$build/tests/tessel_tests" ] || [ -x "$build/bench/tessel-bench" ]; then
+    row "build (cuda, sm_$cc)" "PARTIAL" "$((SECONDS - t0)) s; failed or cut: see build.log; going on with what was built"
+    tail -40 "$OUT/build.log"
+  else
+    row "build (cuda, sm_$cc)" "FAILED" "see build.log"
+    tail -40 "$OUT/build.log"
+    printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
+    exit 1
+  fi
+fi
+# 2b. With prebuilt binaries, the build from source still runs on this machine (its compilers,
+#     its libraries), into a folder of its own, niced and on cores the tests and benchmarks do not
+#     use, until PyTorch's turn (step 6), whose timings include its host overhead; a build cut
+#     there is PARTIAL, a compile error FAILED. Its output follows the configure in build.log.
+beside_pid=""
+pin=()  # taskset for the tests and benchmarks while the build beside them runs
+if [ -n "$prebuilt" ]; then
+  if ((jobs >= 12)) && command -v taskset >/dev/null; then
+    beside_t0=$SECONDS
+    rm -f /tmp/tessel-beside.rc
+    echo "=== build from source beside the tests (cores 6-$((jobs - 1)))" >>"$OUT/build.log"
+    setsid nice -n 19 taskset -c "6-$((jobs - 1))" bash -c 'cmake -S . -B "$0" "$@" && cmake --build "$0" -j '$((jobs - 6))' -- -k 0; echo $? >/tmp/tessel-beside.rc' \
+      "$build-source" "${configure_args[@]}" >>"$OUT/build.log" 2>&1 &
+    beside_pid=$!
+    pin=(taskset -c 0-5)
+  else
+    row "build from source (beside)" "SKIPPED" "$jobs cores or no taskset: the prebuilt binaries are used unchecked by a build here"
+  fi
+fi
+trap '[ -n "$beside_pid" ] && kill -TERM -- "-$beside_pid" 2>/dev/null' EXIT  # never left running
+finish_beside() {  # stops the build beside (step 2b) and says how far it came
+  [ -n "$beside_pid" ] || return 0
+  # ninja puts each compiler job in a group of its own (and stops them on TERM); the session holds all.
+  kill -0 "$beside_pid" 2>/dev/null && { kill -TERM -- "-$beside_pid" 2>/dev/null; sleep 2; pkill -KILL -s "$beside_pid" 2>/dev/null; }
+  wait "$beside_pid" 2>/dev/null
+  local steps; steps=$(grep -o '^\[[0-9]*/[0-9]*\]' "$OUT/build.log" | tail -1)
+  if [ -f /tmp/tessel-beside.rc ] && [ "$(cat /tmp/tessel-beside.rc)" = 0 ]; then
+    row "build from source (beside)" "ok" "$((SECONDS - beside_t0)) s, ${steps:-nothing to build}"
+  elif [ -f /tmp/tessel-beside.rc ]; then
+    row "build from source (beside)" "FAILED" "exit $(cat /tmp/tessel-beside.rc) after $((SECONDS - beside_t0)) s, $steps (build.log)"
+  else
+    row "build from source (beside)" "PARTIAL" "stopped for PyTorch's turn after $((SECONDS - beside_t0)) s at ${steps:-its first steps} (build.log)"
+  fi
+  beside_pid=""
+  pin=()
+}
 # Where the configure found cuDNN and NCCL: the toolkit, else PyTorch's wheels (nvidia-cudnn-cu13,
 # nvidia-nccl-cu13; cmake/tesselTargets.cmake). Without NCCL tessel::dist and its targets are not built.
 # Linked only with its header (both entries set, neither *-NOTFOUND or OFF).
@@ -105,7 +184,7 @@ run_sanitizer() {
       synccheck) filter="[barrier],[warp],[cluster],[rows]~[slow_under_tsan]" ;;
     esac
     if [ -z "$sanitizer" ]; then echo "compute-sanitizer $tool|SKIPPED|compute-sanitizer not found"; continue; fi
-    timeout -k 5 35 "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 "$tests" "$filter" >"$OUT/sanitizer.one" 2>&1
+    timeout -k 5 35 "${pin[@]}" "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 "$tests" "$filter" >"$OUT/sanitizer.one" 2>&1
     rc=$?
     { echo "=== compute-sanitizer --tool $tool $filter (exit $rc)"; cat "$OUT/sanitizer.one"; } >>"$OUT/sanitizer.log"
     status=ok; [ $rc -eq 0 ] || status=FAILED
@@ -126,7 +205,7 @@ sanitizer_pid=$!
 # examples.allreduce runs 3 ranks, a GPU each: left out on a machine with fewer.
 exclude='^headers[.]|^kernels[.]budgets$|^bench[.]quick-set-and-report$'
 (($(nvidia-smi -L 2>/dev/null | grep -c '^GPU') < 3)) && exclude+='|^examples[.]allreduce$'
-timeout -k 10 "$(budget 110)" ctest --test-dir $build --output-on-failure -j 4 -E "$exclude" >"$OUT/ctest.log" 2>&1
+timeout -k 10 "$(budget 110)" "${pin[@]}" ctest --test-dir $build --output-on-failure -j 4 -E "$exclude" >"$OUT/ctest.log" 2>&1
 rc=$?
 row "ctest" "$( ((rc == 0)) && echo ok || { ((rc == 124)) && echo TIMEOUT || echo FAILED; })" "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) ($((SECONDS - t0)) s)"
 wait $sanitizer_pid
@@ -141,7 +220,7 @@ rm -f "$OUT/sanitizer.rows"
 #    cap leaves its JSON without the closing brackets (Google Benchmark writes each result as it
 #    finishes): the merge closes it.
 t0=$SECONDS
-cap=$(budget 130)
+cap=$(budget "$([ -n "$prebuilt" ] && echo 190 || echo 130)")  # the build's time, where it was saved
 if ((cap < 10)); then
   row "tessel-bench" "SKIPPED" "out of time budget"
 else
@@ -149,17 +228,17 @@ else
   # then the matrix products, then with what is left (15 s at most) the sim, launch and allocator
   # families, each run into its own file merged into bench.json.
   issue_families='^BM_(fma|cast|to_bf16|sum|row_sum|col_sum|dot|transpose|batched_permute|softmax|rms_norm|log_softmax|layer_norm|sort|Copy)'
-  timeout -k 10 $((cap / 2)) $build/bench/tessel-bench --benchmark_filter="$issue_families" --benchmark_min_time=0.1 \
+  timeout -k 10 $((cap / 2)) "${pin[@]}" $build/bench/tessel-bench --benchmark_filter="$issue_families" --benchmark_min_time=0.1 \
     --benchmark_out="$OUT/bench.json" --benchmark_out_format=json >"$OUT/bench.log" 2>&1
   rc1=$?
-  timeout -k 10 $((cap - 15 - (SECONDS - t0) > 10 ? cap - 15 - (SECONDS - t0) : 10)) $build/bench/tessel-bench \
+  timeout -k 10 $((cap - 15 - (SECONDS - t0) > 10 ? cap - 15 - (SECONDS - t0) : 10)) "${pin[@]}" $build/bench/tessel-bench \
     --benchmark_filter='^BM_(matmul|linear)' --benchmark_min_time=0.1 \
     --benchmark_out="$OUT/bench-matmul.json" --benchmark_out_format=json >>"$OUT/bench.log" 2>&1
   rc2=$?
   rest=$((cap - (SECONDS - t0)))
   rc3=0
   if ((rest >= 5)); then
-    timeout -k 5 "$rest" $build/bench/tessel-bench \
+    timeout -k 5 "$rest" "${pin[@]}" $build/bench/tessel-bench \
       --benchmark_filter='^BM_(BarrierPerThread|ShufflePerThread|Launch|PlainLoop|TiledMatmul512|CachedPair|RuntimePair|PinnedCachedPair|Churn|Pipeline|expression_host_overhead)' \
       --benchmark_min_time=0.1 --benchmark_out="$OUT/bench-other.json" --benchmark_out_format=json >>"$OUT/bench.log" 2>&1
     rc3=$?
@@ -234,14 +313,15 @@ fi
 
 # 6. PyTorch on the same problems (bench/torch_compare.py: eager, and torch.compile where it
 #    compiles offline), for the "% of torch" column of bench/report.py.
+finish_beside
 t0=$SECONDS
 cap=$(budget 80)
 if ((cap < 20)); then
   row "torch_compare" "SKIPPED" "out of time budget"
-elif ! python3 -c "import torch" 2>/dev/null; then
+elif ! LD_LIBRARY_PATH=$ld_library_path_before python3 -c "import torch" 2>/dev/null; then
   row "torch_compare" "SKIPPED" "no PyTorch on this machine"
 else
-  timeout -k 10 "$cap" python3 bench/torch_compare.py --out "$OUT/torch.json" --budget $((cap - 15)) >>"$OUT/ctest.log" 2>&1
+  LD_LIBRARY_PATH=$ld_library_path_before timeout -k 10 "$cap" python3 bench/torch_compare.py --out "$OUT/torch.json" --budget $((cap - 15)) >>"$OUT/ctest.log" 2>&1
   rc=$?
   status=ok; [ $rc -eq 0 ] || status=FAILED
   [ $rc -eq 124 ] && status=PARTIAL  # cut by its cap: torch.json still holds every timing taken before
