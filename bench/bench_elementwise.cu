@@ -63,19 +63,21 @@ void BM_fma(benchmark::State& state, int impl) {
     tessel::bench::time_region(state, s, body);  // 1 GiB moved per iteration: L2 holds none of it
     tessel::bench::report_bytes(state, 4.0 * double(n) * sizeof(T));
     const double tolerance = sizeof(T) == 4 ? 1e-5 : 1e-2;  // bf16: one rounding of the result, 2^-8
-    tessel::bench::report_error(state, sampled_error(a, b, c, d), tolerance);
+    tessel::bench::check_result(state, [&] { return sampled_error(a, b, c, d); }, tolerance);
     state.SetLabel(std::string(impl == 0 ? "tessel" : "CUB DeviceTransform") + ", " + std::to_string(n) + " elements");
 }
 
 // Reports the bytes moved and the worst relative error of y = bf16(x) over every 97th element.
 void report_bf16_cast(benchmark::State& state, const tessel::Tensor<float>& x, const tessel::Tensor<__nv_bfloat16>& y) {
     tessel::bench::report_bytes(state, 6.0 * double(x.numel()));
-    const auto xv = x.to_vector();
-    const auto yv = y.to_vector();
-    double worst = 0;
-    for (std::size_t i = 0; i < yv.size(); i += 97)
-        worst = std::max(worst, std::fabs(double(float(yv[i])) - double(xv[i])) / std::max(std::fabs(double(xv[i])), 1e-3));
-    tessel::bench::report_error(state, worst, 1.0 / 256);
+    tessel::bench::check_result(state, [&] {
+        const auto xv = x.to_vector();
+        const auto yv = y.to_vector();
+        double worst = 0;
+        for (std::size_t i = 0; i < yv.size(); i += 97)
+            worst = std::max(worst, std::fabs(double(float(yv[i])) - double(xv[i])) / std::max(std::fabs(double(xv[i])), 1e-3));
+        return worst;
+    }, 1.0 / 256);
 }
 
 void BM_cast_f32_bf16(benchmark::State& state) {

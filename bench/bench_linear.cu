@@ -63,7 +63,7 @@ void BM_linear_bias_gelu(benchmark::State& state, Impl impl) {
     tessel::bench::time_region(state, s, body);
     tessel::bench::report_flops(state, 2.0 * double(n) * n * n, tessel::bench::ceilings().bf16_tflops);
     // Two bf16 roundings at most (the unfused baseline rounds the product first) plus fp32 accumulation.
-    tessel::bench::report_error(state, sampled_linear_error(x, w, b, y), 2 * 0x1p-8 + double(n) * 0x1p-24);
+    tessel::bench::check_result(state, [&] { return sampled_linear_error(x, w, b, y); }, 2 * 0x1p-8 + double(n) * 0x1p-24);
     state.SetLabel(std::string(impl == Impl::tessel ? "tessel::linear, bias + gelu fused" : "cuBLAS GEMM, then (y = gelu(y + b)).run()") +
                    ", bf16 " + std::to_string(n) + "^3");
 }

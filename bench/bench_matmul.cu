@@ -95,7 +95,7 @@ void run_product(benchmark::State& state, tessel::MatmulPolicy policy, Dtype dty
     const double k = double(p.k);
     const double bound = dtype == Dtype::int8 ? 0 : dtype == Dtype::tf32 ? 2 * 0x1p-11 + k * 0x1p-24
                          : dtype == Dtype::f32 ? k * 0x1p-24 : 0x1p-8 + k * 0x1p-24;
-    tessel::bench::report_error(state, tessel::bench::sampled_matmul_error(a, b, c, 16, b_columns), bound);
+    tessel::bench::check_result(state, [&] { return tessel::bench::sampled_matmul_error(a, b, c, 16, b_columns); }, bound);
     state.SetLabel(std::string(tessel::last_matmul_choice().implementation) + ", " + dtype_name(dtype) + " " + std::to_string(p.m) + "x" +
                    std::to_string(p.n) + "x" + std::to_string(p.k));
 }

@@ -60,18 +60,20 @@ void BM_sort(benchmark::State& state, int impl) {
     tessel::bench::time_region(state, s, body);
     tessel::bench::report_bytes(state, 16.0 * double(n));
     // The first and last rows against std::stable_sort of the same values.
-    const auto xv = x.to_vector(), kv = keys.to_vector();
-    const auto pv = positions.to_vector();
-    std::size_t wrong = 0;
-    for (std::int64_t r : {std::int64_t(0), rows - 1}) {
-        std::vector<float> want(xv.begin() + r * cols, xv.begin() + (r + 1) * cols);
-        std::stable_sort(want.begin(), want.end());
-        for (std::int64_t c = 0; c < cols; ++c) {
-            const std::size_t at = std::size_t(r * cols + c);
-            wrong += kv[at] != want[std::size_t(c)] || xv[std::size_t(r * cols + pv[at])] != kv[at];
+    tessel::bench::check_result(state, [&] {
+        const auto xv = x.to_vector(), kv = keys.to_vector();
+        const auto pv = positions.to_vector();
+        std::size_t wrong = 0;
+        for (std::int64_t r : {std::int64_t(0), rows - 1}) {
+            std::vector<float> want(xv.begin() + r * cols, xv.begin() + (r + 1) * cols);
+            std::stable_sort(want.begin(), want.end());
+            for (std::int64_t c = 0; c < cols; ++c) {
+                const std::size_t at = std::size_t(r * cols + c);
+                wrong += kv[at] != want[std::size_t(c)] || xv[std::size_t(r * cols + pv[at])] != kv[at];
+            }
         }
-    }
-    tessel::bench::report_error(state, double(wrong) / double(2 * cols), 0);
+        return double(wrong) / double(2 * cols);
+    }, 0);
     state.SetLabel(std::string(impl == 0 ? "tessel::sort" : "CUB DeviceSegmentedRadixSort::SortPairs") + ", " + std::to_string(rows) +
                    " rows of " + std::to_string(cols) + " floats");
 #if defined(TESSEL_BACKEND_CUDA)
