@@ -180,7 +180,8 @@ inline ReportedCall& reported_call() {
 // A sample is the GPU's time alone: the stream is held by hold_stream (after the L2 flush, when
 // asked) until the host has queued the sample and its stop event, so the start event fires when
 // the GPU reaches the sample, not while the host is still dispatching it (PyTorch is timed the same
-// way: bench/torch_compare.py). A body that waits for the stream on the host (a pageable copy)
+// way: bench/torch_compare.py), and the samples' median is reported beside their mean (counter
+// median_s). A body that waits for the stream on the host (a pageable copy)
 // would wait for the hold: the hold gives up after 1 ms, and the benchmark's later samples are
 // held by a fixed 20 us instead (counter hold_fallback = 1).
 template <class F>
@@ -195,6 +196,8 @@ void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptio
     s.synchronize();
     Event start, stop;
     double timed_s = 0;
+    std::vector<double> samples;
+    samples.reserve(std::size_t(std::min<benchmark::IterationCount>(state.max_iterations, 1 << 20)));
     for (auto _ : state) {
         if (flusher) flusher->flush();
         __atomic_store_n(&flags.release, 0, __ATOMIC_RELAXED);
@@ -211,9 +214,19 @@ void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptio
         }
         const double sample_s = double(start.elapsed_ms(stop)) / 1e3;
         timed_s += sample_s;
+        samples.push_back(sample_s);
         state.SetIterationTime(sample_s);
     }
     reported_call().may_be_reported = timed_s >= 0.5 * reported_call().min_time_s;
+    // Google Benchmark's time is the mean of the samples; PyTorch's rows (bench/torch_compare.py)
+    // are medians, and bench/report.py sets median against median.
+    if (!samples.empty()) {
+        const auto mid = samples.begin() + std::ptrdiff_t(samples.size() / 2);
+        std::nth_element(samples.begin(), mid, samples.end());
+        double median = *mid;
+        if (samples.size() % 2 == 0) median = (median + *std::max_element(samples.begin(), mid)) / 2;
+        state.counters["median_s"] = median;
+    }
 }
 
 // A benchmark function that reports an exception as a skipped benchmark with its message, so one

@@ -119,7 +119,10 @@ def torch_ratios(rows, runs, ctx):
         impl, key = impl_key(name_of(b))
         if impl not in (None, "tessel") or key not in theirs or not b.get("real_time"):
             continue
-        parts = [f"{100.0 * seconds(t) / seconds(b):.3g} ({'eager' if i == 'torch' else 'compile'})"
+        # PyTorch's rows are medians of 20 calls: set against the median of tessel's samples where
+        # the run reported it (counter median_s), not Google Benchmark's mean.
+        ours = b["median_s"] if b.get("median_s") else seconds(b)
+        parts = [f"{100.0 * seconds(t) / ours:.3g} ({'eager' if i == 'torch' else 'compile'})"
                  for i, t in sorted(theirs[key].items())]
         out[name_of(b)] = ", ".join(parts)
     return out
