@@ -164,16 +164,38 @@ __global__ void hold_stream(const volatile int* release, volatile int* timed_out
 // time reaches --benchmark_min_time, and reports that call alone. A result check that downloads
 // gigabytes or runs a host reference (seconds for a 1 GiB sum) is wanted in that call only, not in
 // the three or four before it: time_region records whether its call may be the reported one (its
-// samples add up to at least half the minimum: the reported call has all of it, and a repetition
-// reruns the same count), and check_result runs the check only then.
+// samples add up to at least half the minimum, the reported call having all of it; or it runs the
+// previous call's iteration count again, which Google Benchmark does only for a repetition after
+// the first, reported whatever its time), and check_result runs the check only then. A
+// benchmark with ->Iterations(n) or ->MinTime(t) below the flag's would be reported unchecked:
+// check_result is not for those (none uses it).
 struct ReportedCall {
-    double min_time_s = 0.5;   // --benchmark_min_time (set by run_benchmarks; Google Benchmark's default)
+    double min_time_s = 0.5;  // --benchmark_min_time or BENCHMARK_MIN_TIME (set by run_benchmarks; else Google Benchmark's default)
+    benchmark::IterationCount last_iterations = -1;  // the previous call's count
     bool may_be_reported = true;
 };
 inline ReportedCall& reported_call() {
     static ReportedCall r;
     return r;
 }
+
+namespace detail {
+// After a call's samples (time_region; not a template, so one copy per program): whether the call
+// may be the reported one, and the samples' median (counter median_s). Google Benchmark's time is
+// their mean; PyTorch's rows (bench/torch_compare.py) are medians, and bench/report.py sets median
+// against median.
+inline void finish_call(benchmark::State& state, std::vector<double>& samples, double timed_s) {
+    ReportedCall& call = reported_call();
+    call.may_be_reported = timed_s >= 0.5 * call.min_time_s || state.max_iterations == call.last_iterations;
+    call.last_iterations = state.max_iterations;
+    if (samples.empty()) return;
+    const auto mid = samples.begin() + std::ptrdiff_t(samples.size() / 2);
+    std::nth_element(samples.begin(), mid, samples.end());
+    double median = *mid;
+    if (samples.size() % 2 == 0) median = (median + *std::max_element(samples.begin(), mid)) / 2;
+    state.counters["median_s"] = median;
+}
+}  // namespace detail
 
 // Times `body()` (which queues work on `s`) with events, one sample per benchmark iteration, as
 // Google Benchmark manual time. Use with ->UseManualTime() and ask for repetitions to get medians.
@@ -217,16 +239,7 @@ void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptio
         samples.push_back(sample_s);
         state.SetIterationTime(sample_s);
     }
-    reported_call().may_be_reported = timed_s >= 0.5 * reported_call().min_time_s;
-    // Google Benchmark's time is the mean of the samples; PyTorch's rows (bench/torch_compare.py)
-    // are medians, and bench/report.py sets median against median.
-    if (!samples.empty()) {
-        const auto mid = samples.begin() + std::ptrdiff_t(samples.size() / 2);
-        std::nth_element(samples.begin(), mid, samples.end());
-        double median = *mid;
-        if (samples.size() % 2 == 0) median = (median + *std::max_element(samples.begin(), mid)) / 2;
-        state.counters["median_s"] = median;
-    }
+    detail::finish_call(state, samples, timed_s);
 }
 
 // A benchmark function that reports an exception as a skipped benchmark with its message, so one

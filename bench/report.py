@@ -190,7 +190,7 @@ def write_markdown(runs, out, images, names):
                 vendor = ratios.get(name_of(b))
                 vs = f"{vendor[1]:.3g} ({vendor[0]})" if vendor else ""
                 lines.append(f"| `{name_of(b)}` | {fmt_time(b)} | {fmt(gbs(b))} | {fmt(b.get('GFLOP/s'))} | "
-                             f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {versus_torch.get(name_of(b), '')} | {fmt(b.get('rel_error'), 2)} | "
+                             f"{fmt(b.get('pct_of_ceiling'), 3)} | {vs} | {versus_torch.get(name_of(b), '')} | {'unchecked' if b.get('unchecked') else fmt(b.get('rel_error'), 2)} | "
                              f"{'; '.join(x for x in (speedups.get(name_of(b)), b.get('label'), b.get('error_message')) if x)} |")
             lines.append("")
         for img in images.get(path, []):

@@ -14,7 +14,8 @@ build=build/device-prebuilt
 compgen -G ".deps/*.deb" >/dev/null || { echo "no .deps/*.deb: run scripts/fetch-device-deps.sh first" >&2; exit 1; }
 git diff --quiet HEAD -- . ':!docs' ':!*.md' || echo "note: the tree has uncommitted changes; the manifest records the files as they are now"
 # The packages are unpacked where device-check.sh unpacks them, so that the run paths CMake writes
-# into the binaries (Google Benchmark's, OpenBLAS's folders) are the device's too.
+# into the binaries (Google Benchmark's, OpenBLAS's folders) are the device's too. A dry run of
+# device-check.sh here unpacks there as well: not both at once (the build's links would fail).
 deps=/tmp/tessel-deps
 rm -rf "$deps"; mkdir -p "$deps"
 for f in .deps/*.deb; do dpkg-deb -x "$f" "$deps"; done
