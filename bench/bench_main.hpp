@@ -58,14 +58,11 @@ inline int run_benchmarks(int argc, char** argv) {
     // The minimum time a reported call runs (check_result's test), as Google Benchmark takes it:
     // the environment's BENCHMARK_MIN_TIME, then the flag; "100x" (an iteration count, newer
     // Google Benchmark) makes every call a reported one.
-    if (const char* env = std::getenv("BENCHMARK_MIN_TIME"))
-        reported_call().min_time_s = std::string(env).ends_with('x') ? 0 : std::strtod(env, nullptr);
+    auto min_time = [](const std::string& v) { return v.ends_with('x') ? 0.0 : std::strtod(v.c_str(), nullptr); };
+    if (const char* env = std::getenv("BENCHMARK_MIN_TIME")) reported_call().min_time_s = min_time(env);
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i], flag = "--benchmark_min_time=";
-        if (a.rfind(flag, 0) == 0) {
-            const std::string v = a.substr(flag.size());
-            reported_call().min_time_s = !v.empty() && v.back() == 'x' ? 0 : std::strtod(v.c_str(), nullptr);
-        }
+        if (a.starts_with(flag)) reported_call().min_time_s = min_time(a.substr(flag.size()));
     }
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

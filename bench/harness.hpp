@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -184,7 +185,8 @@ namespace detail {
 // may be the reported one, and the samples' median (counter median_s). Google Benchmark's time is
 // their mean; PyTorch's rows (bench/torch_compare.py) are medians, and bench/report.py sets median
 // against median.
-inline void finish_call(benchmark::State& state, std::vector<double>& samples, double timed_s) {
+inline void finish_call(benchmark::State& state, std::vector<double>& samples) {
+    const double timed_s = std::accumulate(samples.begin(), samples.end(), 0.0);
     ReportedCall& call = reported_call();
     call.may_be_reported = timed_s >= 0.5 * call.min_time_s || state.max_iterations == call.last_iterations;
     call.last_iterations = state.max_iterations;
@@ -217,7 +219,6 @@ void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptio
     for (int i = 0; i < o.warmup; ++i) body();
     s.synchronize();
     Event start, stop;
-    double timed_s = 0;
     std::vector<double> samples;
     samples.reserve(std::size_t(std::min<benchmark::IterationCount>(state.max_iterations, 1 << 20)));
     for (auto _ : state) {
@@ -235,11 +236,10 @@ void time_region(benchmark::State& state, const Stream& s, F&& body, TimingOptio
             state.counters["hold_fallback"] = 1;
         }
         const double sample_s = double(start.elapsed_ms(stop)) / 1e3;
-        timed_s += sample_s;
         samples.push_back(sample_s);
         state.SetIterationTime(sample_s);
     }
-    detail::finish_call(state, samples, timed_s);
+    detail::finish_call(state, samples);
 }
 
 // A benchmark function that reports an exception as a skipped benchmark with its message, so one
